@@ -1,0 +1,38 @@
+# Tollgate: `make run` serves the app with one Huey worker; `make test` runs the suite.
+PYTHON ?= $(shell scripts/find-python)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: install run test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py demo
+	@echo "Serving http://$(HOST):$(PORT)/ with one Huey consumer; Ctrl-C stops both."
+	DEBUG=$${DEBUG:-1} sh -c 'trap "kill 0" INT TERM; \
+		$(BIN)/python manage.py run_huey & \
+		$(BIN)/python manage.py runserver $(HOST):$(PORT) --noreload & \
+		wait'
+
+lint: install
+	$(BIN)/ruff check .
+
+test: lint
+	$(BIN)/pytest
+
+bench: install
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf var/*.sqlite3* var/screenshots var/bench.json

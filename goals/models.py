@@ -1,0 +1,125 @@
+"""The goal hierarchy: an adjacency list walked with recursive SQL."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+
+class GoalStatus(models.TextChoices):
+    ACTIVE = "active"
+    BLOCKED = "blocked"
+    COMPLETED = "completed"
+    ABANDONED = "abandoned"
+    CANCELLED = "cancelled"
+
+
+CLOSED_GOAL_STATUSES = (GoalStatus.COMPLETED, GoalStatus.ABANDONED, GoalStatus.CANCELLED)
+
+
+class Priority(models.TextChoices):
+    LOW = "low"
+    NORMAL = "normal"
+    HIGH = "high"
+    CRITICAL = "critical"
+
+
+class Goal(models.Model):
+    title = models.CharField(max_length=200)
+    objective = models.TextField(blank=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+    )
+    status = models.CharField(max_length=16, choices=GoalStatus, default=GoalStatus.ACTIVE)
+    priority = models.CharField(max_length=16, choices=Priority, default=Priority.NORMAL)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="owned_goals",
+    )
+    next_action = models.CharField(max_length=500, blank=True)
+    success_signal = models.CharField(max_length=500, blank=True)
+    blocker_reason = models.CharField(max_length=500, blank=True)
+    shared_state = models.JSONField(default=dict, blank=True)
+    opened_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["title", "id"]
+        indexes = [models.Index(fields=["parent", "status"]), models.Index(fields=["status"])]
+        constraints = [
+            models.CheckConstraint(condition=~Q(parent=F("pk")), name="goal_not_own_parent"),
+            models.CheckConstraint(
+                condition=Q(status=GoalStatus.BLOCKED, blocker_reason__gt="")
+                | (~Q(status=GoalStatus.BLOCKED) & Q(blocker_reason="")),
+                name="goal_blocker_reason_iff_blocked",
+                violation_error_message="A blocked goal needs a blocker reason; "
+                "other goals have none.",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=CLOSED_GOAL_STATUSES, closed_at__isnull=False)
+                | (~Q(status__in=CLOSED_GOAL_STATUSES) & Q(closed_at__isnull=True)),
+                name="goal_closed_at_iff_closed",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.title
+
+    def save(self, *args, **kwargs) -> None:
+        # The bookkeeping follows the status, whichever path changed it.
+        self.sync_status_fields()
+        update_fields = kwargs.get("update_fields")
+        if update_fields is not None:
+            kwargs["update_fields"] = {*update_fields, "blocker_reason", "closed_at", "updated_at"}
+        super().save(*args, **kwargs)
+
+
+    @property
+    def is_closed(self) -> bool:
+        return self.status in CLOSED_GOAL_STATUSES
+
+    def sync_status_fields(self) -> None:
+        """Closing stamps closed_at, reopening clears it; unblocking clears the blocker."""
+        if self.status != GoalStatus.BLOCKED:
+            self.blocker_reason = ""
+        if self.is_closed:
+            self.closed_at = self.closed_at or timezone.now()
+        else:
+            self.closed_at = None
+
+    def clean(self) -> None:
+        self.sync_status_fields()
+        if self.status == GoalStatus.BLOCKED and not self.blocker_reason.strip():
+            raise ValidationError({"blocker_reason": "A blocked goal needs a blocker reason."})
+        if (self.parent_id is not None and self.pk is not None
+                and self.pk in ancestor_ids(self.parent_id)):
+            raise ValidationError(
+                {"parent": f"Goal {self.pk} ({self.title}) cannot be its own ancestor: "
+                 f"goal {self.parent_id} is beneath it."}
+            )
+
+
+def ancestor_ids(goal_id: int) -> list[int]:
+    """Ids of a goal and all its ancestors, nearest first (one recursive query)."""
+    table = Goal._meta.db_table
+    sql = f"""
+        WITH RECURSIVE up(id, parent_id, depth) AS (
+            SELECT id, parent_id, 0 FROM {table} WHERE id = %s
+            UNION ALL
+            SELECT g.id, g.parent_id, up.depth + 1 FROM {table} g JOIN up ON g.id = up.parent_id
+            WHERE up.depth < 10000
+        )
+        SELECT id FROM up ORDER BY depth
+    """
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [goal_id])
+        return [row[0] for row in cursor.fetchall()]

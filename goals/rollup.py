@@ -1,0 +1,113 @@
+"""Subtree rollups: counts for many goals at once in one recursive query."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection
+from django.utils.dateparse import parse_datetime
+from django.utils.timezone import is_naive, make_aware
+
+
+@dataclass(frozen=True)
+class Rollup:
+    children: int = 0
+    descendants: int = 0
+    runs_open: int = 0
+    runs_completed: int = 0
+    runs_failed: int = 0
+    gates_waiting: int = 0
+    steps_total: int = 0
+    steps_done: int = 0
+    oldest_gate_since: datetime | None = None
+
+    @property
+    def percent_done(self) -> int:
+        return round(100 * self.steps_done / self.steps_total) if self.steps_total else 0
+
+    def as_dict(self) -> dict:
+        return {
+            "child_goals": self.children,
+            "descendant_goals": self.descendants,
+            "runs_open": self.runs_open,
+            "runs_completed": self.runs_completed,
+            "runs_failed": self.runs_failed,
+            "gates_waiting": self.gates_waiting,
+            "steps_total": self.steps_total,
+            "steps_done": self.steps_done,
+            "percent_done": self.percent_done,
+            "oldest_gate_since": self.oldest_gate_since,
+        }
+
+
+OPEN_RUN = "('open', 'running', 'blocked', 'waiting_approval')"
+
+SQL = """
+WITH RECURSIVE sub(root_id, id) AS (
+    SELECT id, id FROM goals_goal WHERE id IN ({ids})
+    UNION ALL
+    SELECT sub.root_id, g.id FROM goals_goal g JOIN sub ON g.parent_id = sub.id
+),
+goal_counts AS (
+    SELECT root_id, COUNT(*) - 1 AS descendants FROM sub GROUP BY root_id
+),
+child_counts AS (
+    SELECT parent_id AS root_id, COUNT(*) AS children FROM goals_goal
+    WHERE parent_id IN ({ids}) GROUP BY parent_id
+),
+run_counts AS (
+    SELECT sub.root_id,
+        SUM(CASE WHEN r.status IN {open_run} THEN 1 ELSE 0 END) AS runs_open,
+        SUM(CASE WHEN r.status = 'completed' THEN 1 ELSE 0 END) AS runs_completed,
+        SUM(CASE WHEN r.status = 'failed' THEN 1 ELSE 0 END) AS runs_failed
+    FROM sub JOIN workflows_run r ON r.goal_id = sub.id GROUP BY sub.root_id
+),
+step_counts AS (
+    SELECT sub.root_id,
+        COUNT(*) AS steps_total,
+        SUM(CASE WHEN s.status IN ('completed', 'skipped') THEN 1 ELSE 0 END) AS steps_done,
+        SUM(CASE WHEN s.status = 'waiting_approval' THEN 1 ELSE 0 END) AS gates_waiting,
+        MIN(CASE WHEN s.status = 'waiting_approval' THEN s.waiting_since END) AS oldest_gate
+    FROM sub JOIN workflows_run r ON r.goal_id = sub.id
+    JOIN workflows_step s ON s.run_id = r.id
+    WHERE r.status != 'cancelled'
+    GROUP BY sub.root_id
+)
+SELECT gc.root_id, COALESCE(cc.children, 0), gc.descendants,
+    COALESCE(rc.runs_open, 0), COALESCE(rc.runs_completed, 0), COALESCE(rc.runs_failed, 0),
+    COALESCE(sc.gates_waiting, 0), COALESCE(sc.steps_total, 0), COALESCE(sc.steps_done, 0),
+    sc.oldest_gate
+FROM goal_counts gc
+LEFT JOIN child_counts cc ON cc.root_id = gc.root_id
+LEFT JOIN run_counts rc ON rc.root_id = gc.root_id
+LEFT JOIN step_counts sc ON sc.root_id = gc.root_id
+"""
+
+
+def _as_datetime(value) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    parsed = parse_datetime(str(value))  # SQLite hands back text
+    return make_aware(parsed) if parsed and is_naive(parsed) else parsed
+
+
+def rollups(goal_ids) -> dict[int, Rollup]:
+    """Rollup of each goal's whole subtree, keyed by goal id; one query whatever the count."""
+    ids = [int(pk) for pk in goal_ids]
+    if not ids:
+        return {}
+    placeholders = ", ".join(["%s"] * len(ids))
+    sql = SQL.format(ids=placeholders, open_run=OPEN_RUN)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, ids + ids)
+        rows = cursor.fetchall()
+    result = {pk: Rollup() for pk in ids}
+    for row in rows:
+        result[row[0]] = Rollup(*[int(v) for v in row[1:9]], _as_datetime(row[9]))
+    return result
+
+
+def rollup(goal_id: int) -> Rollup:
+    """Rollup of one goal's subtree."""
+    return rollups([goal_id])[goal_id]

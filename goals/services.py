@@ -1,0 +1,39 @@
+"""Goal changes that keep the hierarchy's rules, whoever makes them."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from .models import Goal, GoalStatus
+
+EDITABLE_FIELDS = {
+    "title", "objective", "parent", "status", "priority", "owner", "next_action",
+    "success_signal", "blocker_reason", "shared_state",
+}
+
+
+def goal_save(goal: Goal) -> Goal:
+    """Validate (cycles, blocker) and save; raises ValidationError and changes nothing."""
+    goal.full_clean()
+    goal.save()
+    return goal
+
+
+def goal_update(goal: Goal, **fields) -> Goal:
+    """Apply field changes under a row lock, then validate and save."""
+    unknown = set(fields) - EDITABLE_FIELDS
+    if unknown:
+        raise ValidationError(f"Unknown goal field(s): {', '.join(sorted(unknown))}.")
+    with transaction.atomic():
+        locked = Goal.objects.select_for_update().get(pk=goal.pk)
+        for name, value in fields.items():
+            setattr(locked, name, value)
+        return goal_save(locked)
+
+
+def goal_set_status(goal: Goal, status: str, *, blocker_reason: str = "") -> Goal:
+    """Move a goal to `status`; closing stamps closed_at, reopening clears it."""
+    if status not in GoalStatus.values:
+        raise ValidationError(f"Unknown goal status {status!r}.")
+    return goal_update(goal, status=status, blocker_reason=blocker_reason)

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Group, Permission, User
+
+from workflows.specs import store_spec
+
+RELEASE = {
+    "name": "release",
+    "description": "Build, get QA sign-off, deploy",
+    "steps": [
+        {"key": "build", "title": "Build", "run": {"command": ["true"]}, "max_retries": 1},
+        {"key": "qa", "title": "QA sign-off", "depends_on": ["build"],
+         "approval": {"group": "qa", "required": 2}},
+        {"key": "deploy", "title": "Deploy", "depends_on": ["qa"],
+         "run": {"command": ["true"]}},
+        {"key": "notify", "depends_on": ["deploy"], "continue_on_failure": True,
+         "run": {"callable": "workflows.callables.noop"}},
+    ],
+}
+
+
+def make_user(username: str, *groups: str, perms: tuple[str, ...] = (), **fields) -> User:
+    user = User.objects.create_user(username, f"{username}@example.com", "pw-" + username,
+                                    **fields)
+    for name in groups:
+        user.groups.add(Group.objects.get_or_create(name=name)[0])
+    for codename in perms:
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    return user
+
+
+@pytest.fixture
+def release_spec(db):
+    return store_spec(RELEASE)[0]
+
+
+@pytest.fixture
+def people(db):
+    """A requester/operator, two QA approvers, an outsider and a manager."""
+    return {
+        "alice": make_user("alice", "operators", perms=("operate_run",)),
+        "bob": make_user("bob", "qa"),
+        "carol": make_user("carol", "qa"),
+        "erin": make_user("erin"),
+        "dave": make_user("dave", "managers"),
+    }

@@ -1,0 +1,96 @@
+"""The goal hierarchy: cycles refused, closing and blocking bookkeeping, rollups."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+
+from goals.models import Goal, ancestor_ids
+from goals.rollup import rollup, rollups
+from goals.services import goal_set_status, goal_update
+from workflows import engine
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def tree():
+    root = Goal.objects.create(title="Root")
+    child = Goal.objects.create(title="Child", parent=root)
+    grandchild = Goal.objects.create(title="Grandchild", parent=child)
+    return root, child, grandchild
+
+
+def test_ancestors_nearest_first(tree):
+    root, child, grandchild = tree
+    assert ancestor_ids(grandchild.pk) == [grandchild.pk, child.pk, root.pk]
+
+
+def test_cycle_is_refused_with_clear_error(tree):
+    root, _, grandchild = tree
+    with pytest.raises(ValidationError) as error:
+        goal_update(root, parent=grandchild)
+    assert "cannot be its own ancestor" in str(error.value)
+    root.refresh_from_db()
+    assert root.parent is None
+
+
+def test_own_parent_is_refused_by_the_database(tree):
+    root = tree[0]
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Goal.objects.filter(pk=root.pk).update(parent=root.pk)
+
+
+def test_closing_sets_closed_at_and_reopening_clears_it(tree):
+    goal = tree[1]
+    goal_set_status(goal, "completed")
+    goal.refresh_from_db()
+    assert goal.closed_at is not None
+    goal_set_status(goal, "active")
+    goal.refresh_from_db()
+    assert goal.closed_at is None
+
+
+def test_blocked_needs_reason_and_unblocking_clears_it(tree):
+    goal = tree[1]
+    with pytest.raises(ValidationError, match="blocker reason"):
+        goal_set_status(goal, "blocked")
+    goal_set_status(goal, "blocked", blocker_reason="Waiting on legal")
+    goal.refresh_from_db()
+    assert goal.blocker_reason == "Waiting on legal"
+    goal_set_status(goal, "active")
+    goal.refresh_from_db()
+    assert goal.blocker_reason == ""
+
+
+def test_blocker_rule_is_in_the_database(tree):
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Goal.objects.filter(pk=tree[0].pk).update(status="blocked")
+
+
+def test_rollup_counts_the_whole_subtree(tree, release_spec, people):
+    root, child, grandchild = tree
+    engine.open_run(release_spec, goal=child)
+    failed = engine.open_run(release_spec, goal=grandchild).run
+    engine.start_step(failed, "build")
+    engine.fail_step(failed, "build", retryable=False)
+    waiting = engine.open_run(release_spec, goal=grandchild).run
+    engine.start_step(waiting, "build")
+    engine.complete_step(waiting, "build")
+    result = rollup(root.pk)
+    assert (result.children, result.descendants) == (1, 2)
+    assert (result.runs_open, result.runs_completed, result.runs_failed) == (2, 0, 1)
+    assert result.gates_waiting == 1 and result.oldest_gate_since is not None
+    assert (result.steps_total, result.steps_done) == (12, 1)
+    assert rollup(grandchild.pk).runs_open == 1
+
+
+def test_rollups_take_one_query_for_any_number_of_goals(tree, django_assert_num_queries):
+    root = tree[0]
+    for i in range(30):
+        Goal.objects.create(title=f"Leaf {i}", parent=root)
+    ids = list(Goal.objects.values_list("pk", flat=True))
+    with django_assert_num_queries(1):
+        result = rollups(ids)
+    assert result[root.pk].descendants == 32 and result[root.pk].children == 31

@@ -1,0 +1,25 @@
+"""Test settings: the real settings, with a file-backed test database and no auto-dispatch."""
+
+import os
+
+os.environ.setdefault("DEBUG", "0")
+os.environ.setdefault("TOLLGATE_SECURE_COOKIES", "0")
+os.environ.setdefault("TOLLGATE_SSL_REDIRECT", "0")
+
+from tollgate.settings import *  # noqa: E402,F403
+from tollgate.settings import DATABASES, HUEY, VAR_DIR  # noqa: E402
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A file, not memory: threads and consumer processes must see the same database.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+# Tests ring the queue only where they run a consumer and say so.
+TOLLGATE_DISPATCH = False
+HUEY = {**HUEY, "name": f"tollgate-test-{os.getpid()}"}
+if HUEY["huey_class"] == "huey.SqliteHuey":
+    HUEY["filename"] = str(VAR_DIR / f"huey-test-{os.getpid()}.sqlite3")

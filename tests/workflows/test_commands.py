@@ -1,0 +1,81 @@
+"""load_workflow, start_run and demo as the contract describes them."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from workflows.models import Run, WorkflowSpec
+
+from ..conftest import RELEASE
+
+pytestmark = pytest.mark.django_db
+
+
+def call(*args) -> tuple[str, str]:
+    out, err = StringIO(), StringIO()
+    call_command(*args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_load_workflow_prints_name_and_version(tmp_path):
+    path = tmp_path / "release.json"
+    path.write_text(json.dumps(RELEASE))
+    assert call("load_workflow", str(path))[0] == "release v1\n"
+    assert call("load_workflow", str(path))[0] == "release v1\n"
+    path.write_text(json.dumps({**RELEASE, "description": "changed"}))
+    assert call("load_workflow", str(path))[0] == "release v2\n"
+
+
+def test_load_workflow_refuses_invalid_file_and_stores_nothing_from_it(tmp_path):
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(RELEASE))
+    bad.write_text(json.dumps({"name": "bad", "steps": [{"key": "a", "depends_on": ["a"],
+                                                          "run": {"command": ["x"]}}]}))
+    with pytest.raises(CommandError, match="1 of 2 spec file"):
+        call("load_workflow", str(good), str(bad))
+    assert list(WorkflowSpec.objects.values_list("name", flat=True)) == ["release"]
+
+
+def test_load_workflow_error_names_file_step_and_problem(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"name": "bad", "steps": [{"key": "a", "depends_on": ["a"],
+                                                          "run": {"command": ["x"]}}]}))
+    err = StringIO()
+    with pytest.raises(CommandError):
+        call_command("load_workflow", str(bad), stdout=StringIO(), stderr=err)
+    assert f"{bad}: step 'a': depends on itself" in err.getvalue()
+
+
+def test_start_run_prints_id_and_reuses_by_key(release_spec):
+    out, _ = call("start_run", "release", "--idempotency-key", "nightly-1",
+                  "--state", '{"branch": "main"}')
+    run = Run.objects.get(pk=int(out))
+    assert run.shared_state == {"branch": "main"}
+    again, err = call("start_run", "release", "--idempotency-key", "nightly-1")
+    assert again == out and "Reused open run" in err
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["nope"], "No active spec named 'nope'"),
+    (["release", "--goal", "999"], "Goal 999 does not exist"),
+    (["release", "--state", "{bad"], "--state is not valid JSON"),
+    (["release", "--state", "[1]"], "shared_state must be a JSON object"),
+])
+def test_start_run_errors(release_spec, args, message):
+    with pytest.raises(CommandError, match=message):
+        call("start_run", *args)
+    assert not Run.objects.exists()
+
+
+def test_demo_is_idempotent_and_covers_every_run_state():
+    out, _ = call("demo")
+    assert "alice" in out and "tollgate-demo" in out
+    counts = Run.objects.count()
+    call("demo")
+    assert Run.objects.count() == counts
+    assert set(Run.objects.values_list("status", flat=True)) == {
+        "open", "running", "blocked", "waiting_approval", "failed", "completed", "cancelled"}

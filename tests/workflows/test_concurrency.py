@@ -1,0 +1,70 @@
+"""Races with real threads and real transactions (run on SQLite and on PostgreSQL in CI)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from django.db import connection
+
+from workflows import engine
+from workflows.models import Approval, Checkpoint, Run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def race(n: int, fn):
+    """Call fn(i) from n threads released at once; return results or exceptions."""
+    barrier = threading.Barrier(n)
+
+    def call(i):
+        try:
+            barrier.wait()
+            return fn(i)
+        except Exception as exc:  # collected, asserted on by the test
+            return exc
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(call, range(n)))
+
+
+def test_concurrent_open_run_with_one_key_yields_one_run(release_spec):
+    results = race(8, lambda i: engine.open_run("release", idempotency_key="deploy-42"))
+    assert all(isinstance(r, engine.Opened) for r in results), results
+    assert Run.objects.count() == 1
+    assert {r.run.pk for r in results} == {Run.objects.get().pk}
+    assert sum(not r.reused for r in results) == 1
+
+
+def test_concurrent_approvals_count_each_approver_once(release_spec, people):
+    run = engine.open_run(release_spec, actor=people["alice"]).run
+    engine.start_step(run, "build")
+    engine.complete_step(run, "build")
+    approvers = [people["bob"], people["carol"]] * 3  # each clicks three times at once
+    results = race(len(approvers), lambda i: engine.approve(run, "qa", user=approvers[i]))
+    wins = [r for r in results if isinstance(r, Checkpoint)]
+    assert len(wins) == 2
+    assert all(isinstance(r, engine.IllegalTransition) for r in results if r not in wins)
+    assert Approval.objects.filter(step__run=run).count() == 2
+    assert run.steps.get(key="qa").status == "completed"
+    assert Checkpoint.objects.filter(run=run, kind="step_approved").count() == 1
+    seqs = list(Checkpoint.objects.filter(run=run).values_list("seq", flat=True))
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_concurrent_claims_start_a_step_once(release_spec):
+    run = engine.open_run(release_spec).run
+    results = race(6, lambda i: engine.start_step(run, "build", owner=f"w{i}", lease_seconds=30))
+    started = [r for r in results if not isinstance(r, Exception)]
+    assert len(started) == 1
+    assert run.steps.get(key="build").attempt == 1
+    assert Checkpoint.objects.filter(run=run, kind="step_started").count() == 1
+
+
+def test_concurrent_cancels_write_one_checkpoint(release_spec):
+    run = engine.open_run(release_spec).run
+    race(5, lambda i: engine.cancel_run(run, reason=f"click {i}"))
+    assert Checkpoint.objects.filter(run=run, kind="run_cancelled").count() == 1

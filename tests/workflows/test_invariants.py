@@ -1,0 +1,127 @@
+"""Random operation sequences against the engine, checking its invariants after each."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from workflows import engine
+from workflows.models import Checkpoint, Run
+from workflows.specs import store_spec
+
+SPEC = {
+    "name": "invariants",
+    "steps": [
+        {"key": "a", "run": {"command": ["true"]}, "max_retries": 1},
+        {"key": "b", "run": {"command": ["true"]}, "continue_on_failure": True},
+        {"key": "gate", "depends_on": ["a"], "approval": {"group": "qa", "required": 2}},
+        {"key": "c", "depends_on": ["gate", "b"], "run": {"command": ["true"]}},
+    ],
+}
+KEYS = st.sampled_from(["a", "b", "gate", "c"])
+TERMINAL = {"completed", "failed", "cancelled"}
+
+
+class EngineMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        from django.contrib.auth.models import Group, User
+
+        qa, _ = Group.objects.get_or_create(name="qa")
+        self.users = []
+        for name in ("hypo-bob", "hypo-carol", "hypo-dan"):
+            user, _ = User.objects.get_or_create(username=name)
+            user.groups.add(qa)
+            self.users.append(user)
+        spec = store_spec(SPEC)[0]
+        self.run = engine.open_run(spec, actor=self.users[2]).run
+        self.checkpoints = 1
+
+    def apply(self, operation, retry=False):
+        before = Run.objects.get(pk=self.run.pk).status
+        try:
+            result = operation()
+        except engine.WorkflowError:
+            result = None
+        count = Checkpoint.objects.filter(run=self.run).count()
+        # One checkpoint per transition, none for a refused one.
+        assert count - self.checkpoints in ((1,) if result is not None else (0,))
+        self.checkpoints = count
+        after = Run.objects.get(pk=self.run.pk).status
+        if before in TERMINAL and not retry:
+            assert after == before, f"terminal run moved {before} -> {after}"
+
+    @rule(key=KEYS)
+    def start(self, key):
+        self.apply(lambda: engine.start_step(self.run, key, lease_seconds=30, owner="w"))
+
+    @rule(key=KEYS, patch=st.dictionaries(st.sampled_from("xyz"), st.integers(), max_size=2))
+    def complete(self, key, patch):
+        self.apply(lambda: engine.complete_step(self.run, key, state_patch=patch))
+
+    @rule(key=KEYS, retryable=st.booleans())
+    def fail(self, key, retryable):
+        self.apply(lambda: engine.fail_step(self.run, key, retryable=retryable))
+
+    @rule(key=KEYS, who=st.integers(0, 2))
+    def approve(self, key, who):
+        self.apply(lambda: engine.approve(self.run, key, user=self.users[who]))
+
+    @rule(key=KEYS, who=st.integers(0, 2))
+    def reject(self, key, who):
+        self.apply(lambda: engine.reject(self.run, key, user=self.users[who], comment="no"))
+
+    @rule(key=KEYS)
+    def retry(self, key):
+        self.apply(lambda: engine.retry_step(self.run, key), retry=True)
+
+    @rule(key=KEYS)
+    def skip(self, key):
+        self.apply(lambda: engine.skip_step(self.run, key))
+
+    @rule(key=KEYS, status=st.sampled_from([None, "running", "completed", "failed", "blocked"]))
+    def report(self, key, status):
+        self.apply(lambda: engine.record_transition(self.run, key, step_status=status))
+
+    @rule()
+    def due_retries(self):
+        self.run.steps.filter(status="retrying").update(retry_after=None)
+
+    @rule()
+    def cancel(self):
+        self.apply(lambda: engine.cancel_run(self.run))
+
+    @invariant()
+    def checkpoint_seq_is_gapless(self):
+        seqs = list(Checkpoint.objects.filter(run=self.run).order_by("seq")
+                    .values_list("seq", flat=True))
+        assert seqs == list(range(1, len(seqs) + 1))
+        assert Run.objects.get(pk=self.run.pk).checkpoint_seq == len(seqs)
+
+    @invariant()
+    def no_step_completed_twice_per_attempt(self):
+        done = Checkpoint.objects.filter(
+            run=self.run, step_status="completed",
+            kind__in=["step_completed", "step_approved", "transition"])
+        keys = list(done.values_list("step__key", flat=True))
+        retried = set(Checkpoint.objects.filter(run=self.run, kind="step_retried")
+                      .values_list("step__key", flat=True))
+        for key in set(keys) - retried:
+            assert keys.count(key) == 1, f"{key} completed {keys.count(key)} times"
+
+    @invariant()
+    def run_status_matches_steps(self):
+        run = Run.objects.get(pk=self.run.pk)
+        steps = {s.key: s for s in run.steps.all()}
+        assert run.status == engine.derive_run_status(run, steps)
+
+
+@pytest.mark.django_db
+def test_engine_invariants_hold_under_random_operations():
+    run_state_machine_as_test(
+        EngineMachine,
+        settings=settings(max_examples=40, stateful_step_count=25, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow]),
+    )

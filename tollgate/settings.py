@@ -1,0 +1,189 @@
+"""Tollgate settings, read from the environment (see README "Configuration")."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("TOLLGATE_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = os.environ.get("SECRET_KEY") or (
+    "insecure-development-key-set-SECRET_KEY-in-production" if DEBUG else None
+)
+if not SECRET_KEY:
+    # Without DEBUG a real key is required; the embedded default keeps one under var/.
+    key_file = VAR_DIR / "secret_key"
+    if not key_file.exists():
+        import secrets
+
+        key_file.write_text(secrets.token_urlsafe(50))
+        key_file.chmod(0o600)
+    SECRET_KEY = key_file.read_text().strip()
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "huey.contrib.djhuey",
+    "goals",
+    "workflows",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "tollgate.urls"
+WSGI_APPLICATION = "tollgate.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "workflows.context_processors.inbox",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'tollgate.sqlite3'}"),
+        conn_max_age=int(os.environ.get("TOLLGATE_CONN_MAX_AGE", "0")),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets readers run beside the one writer; IMMEDIATE takes the write lock at BEGIN,
+    # so two transitions on one run queue up instead of failing with "database is locked".
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+WHITENOISE_USE_FINDERS = True
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "inbox"
+LOGOUT_REDIRECT_URL = "login"
+
+# Production hardening; all of it is on unless DEBUG.
+SESSION_COOKIE_SECURE = not DEBUG and env_bool("TOLLGATE_SECURE_COOKIES", True)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_SSL_REDIRECT = not DEBUG and env_bool("TOLLGATE_SSL_REDIRECT", True)
+SECURE_HSTS_SECONDS = 0 if DEBUG else int(os.environ.get("TOLLGATE_HSTS_SECONDS", "31536000"))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
+SECURE_HSTS_PRELOAD = not DEBUG
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
+MAILERS = {
+    "default": {
+        "BACKEND": os.environ.get(
+            "TOLLGATE_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend"
+        ),
+    }
+}
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "tollgate@localhost")
+
+# Huey: the queue is only a doorbell; step rows and leases in the database are the truth.
+REDIS_URL = os.environ.get("TOLLGATE_REDIS_URL", "")
+HUEY_FILE = os.environ.get("TOLLGATE_HUEY_FILE", str(VAR_DIR / "huey.sqlite3"))
+if REDIS_URL:
+    HUEY = {
+        "huey_class": "huey.RedisHuey",
+        "name": os.environ.get("TOLLGATE_HUEY_NAME", "tollgate"),
+        "url": REDIS_URL,
+        "immediate": False,
+        "consumer": {"workers": 4, "worker_type": "thread"},
+    }
+else:
+    HUEY = {
+        "huey_class": "huey.SqliteHuey",
+        "name": os.environ.get("TOLLGATE_HUEY_NAME", "tollgate"),
+        "filename": HUEY_FILE,
+        "immediate": False,
+        "consumer": {"workers": 4, "worker_type": "thread"},
+    }
+
+TOLLGATE_LEASE_SECONDS = float(os.environ.get("TOLLGATE_LEASE_SECONDS", "30"))
+TOLLGATE_SWEEP_SECONDS = int(os.environ.get("TOLLGATE_SWEEP_SECONDS", "10"))
+# Dotted paths a spec's `callable` may name; an entry ending in ".*" allows a whole module.
+TOLLGATE_CALLABLES = env_list("TOLLGATE_CALLABLES", "workflows.callables.*")
+# Extra environment variable names whose values are redacted from stored output.
+TOLLGATE_REDACT_ENV = env_list("TOLLGATE_REDACT_ENV")
+TOLLGATE_OUTPUT_CAP = int(os.environ.get("TOLLGATE_OUTPUT_CAP", str(64 * 1024)))
+# Queue newly ready steps on Huey after each transition commits.
+TOLLGATE_DISPATCH = env_bool("TOLLGATE_DISPATCH", True)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "INFO"}},
+}
+# Seconds between SIGTERM and SIGKILL when a step's process group is stopped.
+TOLLGATE_KILL_GRACE_SECONDS = float(os.environ.get("TOLLGATE_KILL_GRACE_SECONDS", "5"))

@@ -1,0 +1,130 @@
+import json
+
+from django import forms
+from django.contrib import admin, messages
+
+from . import engine
+from .models import Approval, Checkpoint, Run, SpecStatus, Step, WorkflowSpec
+from .specs import SpecError, store_spec, validate_spec
+
+
+class SpecForm(forms.ModelForm):
+    class Meta:
+        model = WorkflowSpec
+        fields = ["name", "definition"]
+
+    def clean(self):
+        data = super().clean()
+        definition = data.get("definition")
+        if isinstance(definition, dict):
+            try:
+                data["definition"] = validate_spec({**definition, "name": data.get("name")})
+            except SpecError as exc:
+                raise forms.ValidationError({"definition": str(exc)}) from None
+        return data
+
+    def _post_clean(self):
+        pass  # storage (versioning) is store_spec's job, not the model's
+
+
+@admin.action(description="Archive selected specs")
+def archive_specs(modeladmin, request, queryset):
+    count = queryset.update(status=SpecStatus.ARCHIVED)
+    modeladmin.message_user(request, f"{count} spec(s) archived.")
+
+
+@admin.register(WorkflowSpec)
+class WorkflowSpecAdmin(admin.ModelAdmin):
+    form = SpecForm
+    list_display = ["name", "version", "status", "description", "created_at"]
+    list_filter = ["status"]
+    search_fields = ["name", "description"]
+    actions = [archive_specs]
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return []
+        return ["name", "version", "status", "description", "pretty_definition", "created_at"]
+
+    def get_fields(self, request, obj=None):
+        return ["name", "definition"] if obj is None else self.get_readonly_fields(request, obj)
+
+    @admin.display(description="definition")
+    def pretty_definition(self, obj):
+        from django.utils.html import format_html
+
+        return format_html("<pre>{}</pre>", json.dumps(obj.definition, indent=2))
+
+    def save_model(self, request, obj, form, change):
+        spec, created = store_spec(form.cleaned_data["definition"])
+        obj.pk, obj.version, obj.status = spec.pk, spec.version, spec.status
+        if not created:
+            self.message_user(request, f"{spec} is unchanged; no new version stored.",
+                              messages.WARNING)
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class StepInline(ReadOnlyInline):
+    model = Step
+    fields = ["index", "key", "kind", "status", "attempt", "approval_group", "lease_owner",
+              "lease_expires_at", "last_summary"]
+    readonly_fields = fields
+
+
+class CheckpointInline(ReadOnlyInline):
+    model = Checkpoint
+    fields = ["seq", "kind", "step", "run_status", "step_status", "actor_name", "summary", "at"]
+    readonly_fields = fields
+
+
+@admin.action(description="Cancel selected runs")
+def cancel_runs(modeladmin, request, queryset):
+    for run in queryset:
+        try:
+            engine.cancel_run(run, actor=request.user, reason="Cancelled from the admin")
+        except engine.WorkflowError as exc:
+            modeladmin.message_user(request, f"Run {run.pk}: {exc}", messages.ERROR)
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = ["id", "title", "spec", "goal", "status", "requested_by", "created_at"]
+    list_filter = ["status", "spec_name"]
+    list_select_related = ["spec", "goal", "requested_by"]
+    search_fields = ["title", "idempotency_key"]
+    actions = [cancel_runs]
+    inlines = [StepInline, CheckpointInline]
+    readonly_fields = ["spec", "spec_name", "status", "requested_by", "idempotency_key",
+                       "current_step", "next_action", "error", "shared_state", "created_at",
+                       "started_at", "finished_at", "checkpoint_seq", "goal"]
+    fields = ["title", "priority", *readonly_fields]
+
+    def has_add_permission(self, request):
+        return False  # runs are opened through the engine (web, API, start_run)
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Approval)
+class ApprovalAdmin(admin.ModelAdmin):
+    list_display = ["step", "attempt", "user", "decision", "at"]
+    list_filter = ["decision"]
+    list_select_related = ["step", "user"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

@@ -1,0 +1,46 @@
+"""Ringing the queue. A Huey message is only a doorbell: the step row says what to do."""
+
+from __future__ import annotations
+
+import logging
+
+from django.utils import timezone
+
+from .models import Step
+
+log = logging.getLogger(__name__)
+
+
+def ring(step_ids) -> None:
+    """Ask a worker to try each step now; a lost message is found again by the sweeper."""
+    from .tasks import run_step
+
+    step_ids = list(step_ids)
+    if not step_ids:
+        return
+    Step.objects.filter(pk__in=step_ids).update(rung_at=timezone.now())
+    for step_id in step_ids:
+        try:
+            run_step(step_id)
+        except Exception:  # the queue being down must not undo a committed transition
+            log.exception("Could not enqueue step %s; the sweeper will ring again", step_id)
+
+
+def ring_at(step_id: int, eta) -> None:
+    """Ask a worker to try a step at `eta` (a scheduled retry)."""
+    from .tasks import run_step
+
+    Step.objects.filter(pk=step_id).update(rung_at=eta)
+    try:
+        run_step.schedule(args=(step_id,), eta=eta)
+    except Exception:
+        log.exception("Could not schedule step %s; the sweeper will ring again", step_id)
+
+
+def compensate(run_id: int) -> None:
+    from .tasks import compensate_run
+
+    try:
+        compensate_run(run_id)
+    except Exception:
+        log.exception("Could not enqueue compensation of run %s", run_id)

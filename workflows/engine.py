@@ -1,0 +1,746 @@
+"""The transition engine: every status change of a run or step goes through these functions.
+
+Each public transition is one database transaction that locks the run row, checks the move
+is legal, applies it and appends exactly one checkpoint. The run row lock serialises every
+transition of a run, so two workers, two clicks or two API calls cannot both win, and the
+checkpoint sequence stays gapless. Work that must follow a commit (ringing the queue for
+newly ready steps) is registered with `transaction.on_commit`.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from goals.models import Goal
+
+from .models import (
+    TERMINAL_RUN_STATUSES,
+    Approval,
+    Checkpoint,
+    Decision,
+    Run,
+    RunStatus,
+    Step,
+    StepKind,
+    StepStatus,
+    WorkflowSpec,
+)
+
+
+class WorkflowError(Exception):
+    """A transition that cannot happen now; nothing was changed."""
+
+    status_code = 409
+
+
+class IllegalTransition(WorkflowError):
+    status_code = 409
+
+
+class NotPermitted(WorkflowError):
+    status_code = 403
+
+
+class InvalidInput(WorkflowError):
+    status_code = 400
+
+
+class NotFound(WorkflowError):
+    status_code = 404
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+def _actor(actor) -> tuple[object | None, str]:
+    if actor is None:
+        return None, "system"
+    if isinstance(actor, str):
+        return None, actor
+    return actor, actor.get_username()
+
+
+def _lock(run) -> tuple[Run, dict[str, Step]]:
+    run_id = run.pk if isinstance(run, Run) else run
+    try:
+        locked = Run.objects.select_for_update().get(pk=run_id)
+    except (Run.DoesNotExist, ValueError, TypeError):
+        raise NotFound(f"Run {run_id} does not exist.") from None
+    steps = {step.key: step for step in Step.objects.filter(run=locked).order_by("index")}
+    return locked, steps
+
+
+def _step(run: Run, steps: dict[str, Step], key: str) -> Step:
+    try:
+        return steps[key]
+    except KeyError:
+        raise NotFound(f"Run {run.pk} has no step {key!r}.") from None
+
+
+def _settled(step: Step) -> bool:
+    return step.status in (StepStatus.COMPLETED, StepStatus.SKIPPED) or (
+        step.status == StepStatus.FAILED and step.continue_on_failure
+    )
+
+
+def _deps_settled(step: Step, steps: dict[str, Step]) -> bool:
+    return all(_settled(steps[dep]) for dep in step.depends_on)
+
+
+def _hard_failure(steps: dict[str, Step]) -> Step | None:
+    for step in steps.values():
+        if step.status == StepStatus.FAILED and not step.continue_on_failure:
+            return step
+    return None
+
+
+def _require_open(run: Run, action: str) -> None:
+    if run.is_terminal:
+        raise IllegalTransition(f"Cannot {action}: run {run.pk} is {run.status}.")
+
+
+def derive_run_status(run: Run, steps: dict[str, Step]) -> str:
+    """The run's status as its steps imply it."""
+    if run.status == RunStatus.CANCELLED:
+        return RunStatus.CANCELLED
+    values = list(steps.values())
+    if all(_settled(step) for step in values):
+        return RunStatus.COMPLETED
+    active = any(s.status in (StepStatus.RUNNING, StepStatus.RETRYING) for s in values)
+    if _hard_failure(steps) and not active:
+        return RunStatus.FAILED
+    if active:
+        return RunStatus.RUNNING
+    if any(s.status == StepStatus.WAITING_APPROVAL for s in values):
+        return RunStatus.WAITING_APPROVAL
+    if any(s.status == StepStatus.BLOCKED for s in values):
+        return RunStatus.BLOCKED
+    if any(s.attempt > 0 or s.status == StepStatus.SKIPPED for s in values):
+        return RunStatus.RUNNING
+    return RunStatus.OPEN
+
+
+def ready_steps(run: Run, steps: dict[str, Step], now=None) -> list[Step]:
+    """Worker steps that may start now: dependencies settled, or a retry that is due."""
+    if run.is_terminal or _hard_failure(steps):
+        return []
+    now = now or timezone.now()
+    ready = []
+    for step in steps.values():
+        if step.kind != StepKind.RUN:
+            continue
+        due = step.retry_after is None or step.retry_after <= now
+        if (step.status == StepStatus.PENDING and _deps_settled(step, steps)) or (
+            step.status == StepStatus.RETRYING and due
+        ):
+            ready.append(step)
+    return ready
+
+
+def retry_delay(step: Step, retry_number: int) -> float:
+    """Seconds before automatic retry number `retry_number` (1-based) of a step."""
+    base = step.retry_backoff_seconds
+    if step.config.get("retry_backoff") == "exponential":
+        cap = float(step.config.get("retry_backoff_max_seconds", 300))
+        ceiling = min(cap, base * 2 ** (retry_number - 1))
+        return random.uniform(ceiling / 2, ceiling)  # jitter spreads a burst of retries
+    return base
+
+
+def _clear_lease(step: Step) -> None:
+    step.lease_owner = ""
+    step.lease_token = ""
+    step.lease_expires_at = None
+
+
+def _merge_state(run: Run, patch) -> dict:
+    if patch in (None, {}):
+        return {}
+    if not isinstance(patch, dict):
+        raise InvalidInput("state_patch must be a JSON object.")
+    run.shared_state = {**(run.shared_state or {}), **patch}
+    return patch
+
+
+def _next_action(run: Run, steps: dict[str, Step]) -> tuple[str, str]:
+    """(current step key, what happens next) for display and the API."""
+    for step in steps.values():
+        if step.status == StepStatus.WAITING_APPROVAL:
+            return step.key, f"Approve {step.title} ({step.approval_group} group)"
+        if step.status == StepStatus.RUNNING:
+            return step.key, f"{step.title} is running"
+        if step.status == StepStatus.BLOCKED:
+            return step.key, f"{step.title} is blocked: {step.last_summary}".strip()
+        if step.status == StepStatus.RETRYING:
+            return step.key, f"{step.title} will retry"
+    failed = _hard_failure(steps)
+    if failed:
+        return failed.key, f"{failed.title} failed; retry or cancel"
+    ready = ready_steps(run, steps)
+    if ready:
+        return ready[0].key, f"{ready[0].title} is ready to start"
+    return "", ""
+
+
+def _commit(
+    run: Run,
+    steps: dict[str, Step],
+    kind: str,
+    *,
+    actor,
+    step: Step | None = None,
+    changed: tuple[Step, ...] = (),
+    summary: str = "",
+    evidence: dict | None = None,
+    state_patch: dict | None = None,
+) -> Checkpoint:
+    """Settle derived state, save what changed and append the one checkpoint."""
+    now = timezone.now()
+    touched = {s.key: s for s in changed}
+    if step is not None:
+        touched[step.key] = step
+    activated = []
+    if run.status != RunStatus.CANCELLED and not _hard_failure(steps):
+        for gate in steps.values():
+            if (gate.kind == StepKind.APPROVAL and gate.status == StepStatus.PENDING
+                    and _deps_settled(gate, steps)):
+                gate.status = StepStatus.WAITING_APPROVAL
+                gate.attempt = max(gate.attempt, 1)
+                gate.waiting_since = now
+                touched[gate.key] = gate
+                activated.append(gate.key)
+    previous_status = run.status
+    run.status = derive_run_status(run, steps)
+    if run.status == RunStatus.FAILED:
+        # A failed run waits on nobody: its open gates go back to pending until a retry.
+        for gate in steps.values():
+            if gate.status == StepStatus.WAITING_APPROVAL:
+                gate.status = StepStatus.PENDING
+                gate.waiting_since = None
+                touched[gate.key] = gate
+    if run.is_terminal:
+        run.finished_at = run.finished_at or now
+    else:
+        run.finished_at = None
+        run.error = ""
+    if run.started_at is None and run.status != RunStatus.OPEN:
+        run.started_at = now
+    run.current_step, run.next_action = _next_action(run, steps)
+    for changed_step in touched.values():
+        changed_step.save()
+    run.checkpoint_seq += 1
+    run.save()
+    user, name = _actor(actor)
+    if activated:
+        evidence = {**(evidence or {}), "gates_opened": activated}
+    checkpoint = Checkpoint.objects.create(
+        run=run,
+        seq=run.checkpoint_seq,
+        kind=kind,
+        step=step,
+        run_status=run.status,
+        step_status=step.status if step else "",
+        actor=user,
+        actor_name=name,
+        summary=summary[:10000],
+        evidence=evidence or {},
+        state_patch=state_patch or {},
+        at=now,
+    )
+    from . import hooks
+
+    hooks.after_transition(run, steps, checkpoint, previous_status=previous_status)
+    return checkpoint
+
+
+# --- transitions --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Opened:
+    run: Run
+    reused: bool
+
+
+def open_run(
+    spec: WorkflowSpec | str,
+    *,
+    actor=None,
+    goal: Goal | int | None = None,
+    idempotency_key: str = "",
+    shared_state: dict | None = None,
+    title: str = "",
+    priority: str | None = None,
+) -> Opened:
+    """Open a run of a spec (its active version when given by name).
+
+    With an idempotency key already used by an open run of the same spec, that run is
+    returned and marked reused; the database's partial unique index settles races.
+    """
+    if isinstance(spec, str):
+        spec_obj = WorkflowSpec.objects.filter(name=spec, status="active").first()
+        if spec_obj is None:
+            raise NotFound(f"No active spec named {spec!r}.")
+        spec = spec_obj
+    elif spec.status != "active":
+        raise IllegalTransition(f"Spec {spec} is archived; start its active version.")
+    if shared_state is not None and not isinstance(shared_state, dict):
+        raise InvalidInput("shared_state must be a JSON object.")
+    idempotency_key = (idempotency_key or "").strip()
+    if len(idempotency_key) > 200:
+        raise InvalidInput("idempotency_key is longer than 200 characters.")
+    if goal is not None and not isinstance(goal, Goal):
+        goal_obj = Goal.objects.filter(pk=goal).first() if str(goal).isdigit() else None
+        if goal_obj is None:
+            raise NotFound(f"Goal {goal} does not exist.")
+        goal = goal_obj
+    if goal is not None and goal.is_closed:
+        raise IllegalTransition(f"Goal {goal.pk} ({goal.title}) is {goal.status}; "
+                                "runs cannot be opened under a closed goal.")
+    if idempotency_key:
+        existing = _open_run_with_key(spec.name, idempotency_key)
+        if existing:
+            return Opened(existing, True)
+    user, _ = _actor(actor)
+    try:
+        with transaction.atomic():
+            run = Run.objects.create(
+                spec=spec,
+                spec_name=spec.name,
+                goal=goal,
+                title=title or spec.description or spec.name,
+                priority=priority or (goal.priority if goal else "normal"),
+                requested_by=user,
+                idempotency_key=idempotency_key,
+                shared_state=shared_state or {},
+            )
+            steps = {}
+            for index, item in enumerate(spec.definition["steps"]):
+                approval = item.get("approval") or {}
+                steps[item["key"]] = Step.objects.create(
+                    run=run,
+                    key=item["key"],
+                    title=item.get("title") or item["key"],
+                    index=index,
+                    depends_on=item.get("depends_on", []),
+                    kind=StepKind.APPROVAL if approval else StepKind.RUN,
+                    config=item,
+                    continue_on_failure=item.get("continue_on_failure", False),
+                    max_retries=item.get("max_retries", 0),
+                    retry_backoff_seconds=item.get("retry_backoff_seconds", 0),
+                    approval_group=approval.get("group", ""),
+                    approval_required=approval.get("required", 1),
+                    allow_self_approval=approval.get("allow_self_approval", False),
+                    compensation=item.get("compensation"),
+                )
+            _commit(run, steps, "run_opened", actor=actor,
+                    summary=f"Opened {spec} run" + (f" under goal {goal.pk}" if goal else ""),
+                    state_patch=shared_state or {})
+    except IntegrityError:
+        existing = _open_run_with_key(spec.name, idempotency_key) if idempotency_key else None
+        if existing is None:
+            raise
+        return Opened(existing, True)
+    return Opened(run, False)
+
+
+def _open_run_with_key(spec_name: str, key: str) -> Run | None:
+    from .models import OPEN_RUN_STATUSES
+
+    return Run.objects.filter(
+        spec_name=spec_name, idempotency_key=key, status__in=OPEN_RUN_STATUSES
+    ).first()
+
+
+def start_step(run, key: str, *, actor=None, owner: str = "", lease_seconds=None) -> Step:
+    """Move a ready worker step to running, taking a lease when `lease_seconds` is given."""
+    with transaction.atomic():
+        run, steps = _lock(run)
+        step = _step(run, steps, key)
+        _require_open(run, f"start {key}")
+        if step.kind == StepKind.APPROVAL:
+            raise IllegalTransition(f"{key} is an approval gate; it is decided, not started.")
+        now = timezone.now()
+        if step not in ready_steps(run, steps, now):
+            if step.status == StepStatus.RETRYING:
+                raise IllegalTransition(f"{key} retries at {step.retry_after:%H:%M:%S}, not yet.")
+            if step.status == StepStatus.PENDING:
+                raise IllegalTransition(f"{key} is waiting on its dependencies.")
+            raise IllegalTransition(f"Cannot start {key}: it is {step.status}.")
+        step.status = StepStatus.RUNNING
+        step.attempt += 1
+        step.started_at = now
+        step.finished_at = None
+        step.retry_after = None
+        if lease_seconds:
+            step.lease_owner = owner[:200]
+            step.lease_token = uuid.uuid4().hex
+            step.lease_expires_at = now + timedelta(seconds=lease_seconds)
+        _commit(run, steps, "step_started", actor=actor, step=step,
+                summary=f"Attempt {step.attempt}" + (f" on {owner}" if owner else ""),
+                evidence={"attempt": step.attempt, "owner": owner} if owner else
+                {"attempt": step.attempt})
+        return step
+
+
+def _stale(run, steps, step, actor, lease_token, what: str) -> Checkpoint:
+    return _commit(
+        run, steps, "stale_result", actor=actor, step=step, changed=(),
+        summary=f"Ignored a {what} result for {step.key}: its lease was lost "
+                f"(step is {step.status}).",
+        evidence={"token": lease_token, "current_token": step.lease_token},
+    )
+
+
+def complete_step(run, key: str, *, actor=None, summary: str = "", evidence=None,
+                  state_patch=None, lease_token: str | None = None) -> Checkpoint:
+    """Finish a running step successfully, merging its state patch into the run."""
+    with transaction.atomic():
+        run, steps = _lock(run)
+        step = _step(run, steps, key)
+        if lease_token is not None and (
+            step.lease_token != lease_token or step.status != StepStatus.RUNNING
+        ):
+            return _stale(run, steps, step, actor, lease_token, "completed")
+        _require_open(run, f"complete {key}")
+        if step.kind == StepKind.APPROVAL:
+            raise IllegalTransition(f"{key} is an approval gate; approve it instead.")
+        if step.status not in (StepStatus.RUNNING, StepStatus.BLOCKED):
+            raise IllegalTransition(f"Cannot complete {key}: it is {step.status}.")
+        patch = _merge_state(run, state_patch)
+        step.status = StepStatus.COMPLETED
+        step.finished_at = timezone.now()
+        step.last_summary = summary
+        step.last_evidence = evidence or {}
+        step.last_state_patch = patch
+        _clear_lease(step)
+        return _commit(run, steps, "step_completed", actor=actor, step=step,
+                       summary=summary or f"{step.title} completed",
+                       evidence=evidence, state_patch=patch)
+
+
+def fail_step(run, key: str, *, actor=None, summary: str = "", evidence=None,
+              lease_token: str | None = None, retryable: bool = True) -> Checkpoint:
+    """Fail a running step: it retries while attempts remain, else it fails."""
+    with transaction.atomic():
+        run, steps = _lock(run)
+        step = _step(run, steps, key)
+        if lease_token is not None and (
+            step.lease_token != lease_token or step.status != StepStatus.RUNNING
+        ):
+            return _stale(run, steps, step, actor, lease_token, "failed")
+        _require_open(run, f"fail {key}")
+        if step.kind == StepKind.APPROVAL:
+            raise IllegalTransition(f"{key} is an approval gate; reject it instead.")
+        if step.status not in (StepStatus.RUNNING, StepStatus.BLOCKED):
+            raise IllegalTransition(f"Cannot fail {key}: it is {step.status}.")
+        return _fail(run, steps, step, actor, summary, evidence, retryable)
+
+
+def _fail(run, steps, step, actor, summary, evidence, retryable=True) -> Checkpoint:
+    now = timezone.now()
+    _clear_lease(step)
+    step.last_summary = summary
+    step.last_evidence = evidence or {}
+    retries_used = step.attempt - step.attempt_base - 1
+    if retryable and retries_used < step.max_retries:
+        delay = retry_delay(step, retries_used + 1)
+        step.status = StepStatus.RETRYING
+        step.retry_after = now + timedelta(seconds=delay)
+        return _commit(run, steps, "step_retrying", actor=actor, step=step,
+                       summary=f"{summary or 'Failed'}; retry {retries_used + 1} of "
+                               f"{step.max_retries} in {delay:.1f}s",
+                       evidence={**(evidence or {}), "retry_after": step.retry_after.isoformat()})
+    step.status = StepStatus.FAILED
+    step.finished_at = now
+    if not step.continue_on_failure:
+        run.error = f"{step.title}: {summary or 'failed'}"
+    return _commit(run, steps, "step_failed", actor=actor, step=step,
+                   summary=summary or f"{step.title} failed", evidence=evidence)
+
+
+def _check_approver(run: Run, step: Step, user) -> None:
+    if user is None or isinstance(user, str) or not user.is_authenticated:
+        raise NotPermitted("Only a signed-in member of the approver group may decide a gate.")
+    if not user.groups.filter(name=step.approval_group).exists():
+        raise NotPermitted(f"{user.get_username()} is not in the {step.approval_group!r} group, "
+                           f"which decides {step.key}.")
+    if run.requested_by_id == user.pk and not step.allow_self_approval:
+        raise NotPermitted(f"{user.get_username()} requested run {run.pk} and cannot decide its "
+                           f"gate {step.key}.")
+
+
+def _gate(run, steps, key, user, verb: str) -> Step:
+    step = _step(run, steps, key)
+    _require_open(run, f"{verb} {key}")
+    if step.kind != StepKind.APPROVAL:
+        raise IllegalTransition(f"{key} is not an approval gate.")
+    if step.status != StepStatus.WAITING_APPROVAL:
+        raise IllegalTransition(f"Cannot {verb} {key}: it is {step.status}, "
+                                "not waiting for approval.")
+    _check_approver(run, step, user)
+    if Approval.objects.filter(step=step, attempt=step.attempt, user=user).exists():
+        raise IllegalTransition(f"{user.get_username()} has already decided {key}.")
+    return step
+
+
+def approve(run, key: str, *, user, comment: str = "") -> Checkpoint:
+    """Record an approval; the gate completes when its quorum of distinct approvers is met."""
+    with transaction.atomic():
+        run, steps = _lock(run)
+        step = _gate(run, steps, key, user, "approve")
+        Approval.objects.create(step=step, attempt=step.attempt, user=user,
+                                decision=Decision.APPROVE, comment=comment)
+        count = Approval.objects.filter(
+            step=step, attempt=step.attempt, decision=Decision.APPROVE
+        ).count()
+        evidence = {"approvals": count, "required": step.approval_required}
+        if count >= step.approval_required:
+            step.status = StepStatus.COMPLETED
+            step.finished_at = timezone.now()
+            step.last_summary = comment
+            return _commit(run, steps, "step_approved", actor=user, step=step,
+                           summary=comment or f"Approved ({count} of {step.approval_required})",
+                           evidence=evidence)
+        return _commit(run, steps, "approval_recorded", actor=user, step=step,
+                       summary=comment or f"Approved ({count} of {step.approval_required})",
+                       evidence=evidence)
+
+
+def reject(run, key: str, *, user, comment: str) -> Checkpoint:
+    """Reject a gate: it fails, with the comment as its reason."""
+    if not (comment or "").strip():
+        raise InvalidInput("A comment is required to reject.")
+    with transaction.atomic():
+        run, steps = _lock(run)
+        step = _gate(run, steps, key, user, "reject")
+        Approval.objects.create(step=step, attempt=step.attempt, user=user,
+                                decision=Decision.REJECT, comment=comment)
+        step.status = StepStatus.FAILED
+        step.finished_at = timezone.now()
+        step.last_summary = comment
+        if not step.continue_on_failure:
+            run.error = f"{step.title} rejected by {user.get_username()}: {comment}"
+        return _commit(run, steps, "step_rejected", actor=user, step=step, summary=comment)
+
+
+def retry_step(run, key: str, *, actor=None) -> Checkpoint:
+    """Try a failed step again; a gate asks for fresh approvals."""
+    with transaction.atomic():
+        run, steps = _lock(run)
+        step = _step(run, steps, key)
+        if run.status == RunStatus.CANCELLED:
+            raise IllegalTransition(f"Cannot retry {key}: run {run.pk} is cancelled.")
+        if step.status != StepStatus.FAILED:
+            raise IllegalTransition(f"Cannot retry {key}: it is {step.status}; "
+                                    "only a failed step can be retried.")
+        step.finished_at = None
+        step.retry_after = None
+        if step.kind == StepKind.APPROVAL:
+            step.attempt += 1
+            step.status = StepStatus.WAITING_APPROVAL
+            step.waiting_since = timezone.now()
+        else:
+            step.status = StepStatus.PENDING
+            step.attempt_base = step.attempt  # a fresh window of automatic retries
+        return _commit(run, steps, "step_retried", actor=actor, step=step,
+                       summary=f"Retry of {step.title} requested")
+
+
+def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
+    """Skip a step that is not running; its dependants may go on."""
+    with transaction.atomic():
+        run, steps = _lock(run)
+        step = _step(run, steps, key)
+        if run.status in (RunStatus.CANCELLED, RunStatus.COMPLETED):
+            raise IllegalTransition(f"Cannot skip {key}: run {run.pk} is {run.status}.")
+        if step.status in (StepStatus.RUNNING, StepStatus.COMPLETED, StepStatus.SKIPPED,
+                           StepStatus.CANCELLED):
+            raise IllegalTransition(f"Cannot skip {key}: it is {step.status}.")
+        step.status = StepStatus.SKIPPED
+        step.finished_at = timezone.now()
+        step.last_summary = reason
+        _clear_lease(step)
+        return _commit(run, steps, "step_skipped", actor=actor, step=step,
+                       summary=reason or f"{step.title} skipped")
+
+
+def cancel_run(run, *, actor=None, reason: str = "") -> Checkpoint | None:
+    """Cancel a run and its open steps. Cancelling a cancelled run changes nothing."""
+    with transaction.atomic():
+        run, steps = _lock(run)
+        if run.status == RunStatus.CANCELLED:
+            return None
+        _require_open(run, "cancel")
+        now = timezone.now()
+        changed = []
+        for step in steps.values():
+            if step.status in (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.RETRYING,
+                               StepStatus.WAITING_APPROVAL, StepStatus.BLOCKED):
+                was_running = step.status == StepStatus.RUNNING
+                step.status = StepStatus.CANCELLED
+                step.finished_at = now if was_running or step.started_at else None
+                # Keep the lease token: the worker's heartbeat sees the step cancelled and
+                # stops its process.
+                step.lease_expires_at = None
+                changed.append(step)
+        run.status = RunStatus.CANCELLED
+        run.error = reason
+        return _commit(run, steps, "run_cancelled", actor=actor, changed=tuple(changed),
+                       summary=reason or "Run cancelled",
+                       evidence={"cancelled_steps": [s.key for s in changed]})
+
+
+AGENT_STATUSES = ("running", "completed", "failed", "blocked")
+
+
+def record_transition(run, key: str, *, actor=None, step_status: str | None = None,
+                      summary: str = "", evidence=None, state_patch=None) -> Checkpoint:
+    """An agent reports progress on a step it performs itself (no worker involved)."""
+    if step_status not in (None, "", *AGENT_STATUSES):
+        raise InvalidInput(f"step_status must be one of {', '.join(AGENT_STATUSES)}, "
+                           f"got {step_status!r}.")
+    if evidence is not None and not isinstance(evidence, dict):
+        raise InvalidInput("evidence must be a JSON object.")
+    with transaction.atomic():
+        run, steps = _lock(run)
+        step = _step(run, steps, key)
+        _require_open(run, f"report on {key}")
+        if step.kind == StepKind.APPROVAL:
+            raise IllegalTransition(f"{key} is an approval gate; approvers decide it.")
+        now = timezone.now()
+        ready = step in ready_steps(run, steps, now)
+        current = step.status
+        if step_status in (None, ""):
+            if current in (StepStatus.COMPLETED, StepStatus.SKIPPED, StepStatus.CANCELLED):
+                raise IllegalTransition(f"Cannot report on {key}: it is {current}.")
+        elif current == StepStatus.RUNNING and step.lease_token:
+            raise IllegalTransition(f"{key} is being run by a worker ({step.lease_owner}).")
+        elif step_status == "running":
+            if not (ready or current == StepStatus.BLOCKED):
+                raise IllegalTransition(f"Cannot start {key}: it is {current}"
+                                        + (" and waiting on dependencies."
+                                           if current == StepStatus.PENDING else "."))
+            if current != StepStatus.BLOCKED:
+                step.attempt += 1
+                step.started_at = now
+            step.status = StepStatus.RUNNING
+        else:
+            if not (ready or current in (StepStatus.RUNNING, StepStatus.BLOCKED)):
+                raise IllegalTransition(f"Cannot mark {key} {step_status}: it is {current}"
+                                        + (" and waiting on dependencies."
+                                           if current == StepStatus.PENDING else "."))
+            if ready:
+                step.attempt += 1
+                step.started_at = now
+            step.status = step_status
+            if step_status in ("completed", "failed"):
+                step.finished_at = now
+            if step_status == "failed" and not step.continue_on_failure:
+                run.error = f"{step.title}: {summary or 'failed'}"
+        patch = _merge_state(run, state_patch)
+        step.last_summary = summary or step.last_summary
+        if evidence:
+            step.last_evidence = evidence
+        if patch:
+            step.last_state_patch = patch
+        return _commit(run, steps, "transition", actor=actor, step=step,
+                       summary=summary or f"{step.title}: {step.status}",
+                       evidence=evidence, state_patch=patch)
+
+
+# --- leases (workers) ---------------------------------------------------------------------
+
+def renew_lease(step_id: int, token: str, seconds: float) -> bool:
+    """Extend a live lease; False when the step is no longer running under this token."""
+    return bool(
+        Step.objects.filter(pk=step_id, lease_token=token, status=StepStatus.RUNNING).update(
+            lease_expires_at=timezone.now() + timedelta(seconds=seconds)
+        )
+    )
+
+
+def expire_lease(step_id: int) -> Checkpoint | None:
+    """The sweeper's move: a running step whose lease ran out retries or fails."""
+    step = Step.objects.filter(pk=step_id).only("run_id").first()
+    if step is None:
+        return None
+    with transaction.atomic():
+        run, steps = _lock(step.run_id)
+        step = next((s for s in steps.values() if s.pk == step_id), None)
+        now = timezone.now()
+        if (step is None or step.status != StepStatus.RUNNING or step.lease_expires_at is None
+                or step.lease_expires_at > now):
+            return None  # renewed, finished or already swept
+        owner = step.lease_owner
+        return _fail(run, steps, step, f"sweeper ({owner})" if owner else "sweeper",
+                     f"Lease of {owner or 'its worker'} expired; the worker is presumed dead",
+                     {"lease_owner": owner, "expired_at": step.lease_expires_at.isoformat()})
+
+
+def record_compensation(run, key: str, *, ok: bool, summary: str = "",
+                        evidence=None) -> Checkpoint:
+    """Put a compensation's outcome on the failed run's timeline; no status changes."""
+    with transaction.atomic():
+        run, steps = _lock(run)
+        step = _step(run, steps, key)
+        return _commit(run, steps, "compensated" if ok else "compensation_failed", actor=None,
+                       step=step, changed=(), evidence=evidence,
+                       summary=f"Compensation of {step.title}: {summary}")
+
+
+# --- reading ------------------------------------------------------------------------------
+
+def resume_state(run) -> dict:
+    """Where a run stands and what would move it on, for scripts and agents."""
+    run_id = run.pk if isinstance(run, Run) else run
+    run = Run.objects.filter(pk=run_id).first() if str(run_id).isdigit() else None
+    if run is None:
+        raise NotFound(f"Run {run_id} does not exist.")
+    steps = {s.key: s for s in run.steps.order_by("index")}
+
+    def answer(state, can, step=None, message=""):
+        return {"resume_state": state, "can_resume": can,
+                "next_step": step.key if step else None, "message": message}
+
+    if run.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
+        return answer(run.status, False, None, f"Run {run.pk} is {run.status}.")
+    failed = _hard_failure(steps)
+    if run.status == RunStatus.FAILED and failed:
+        return answer("retry_available", True, failed,
+                      f"{failed.title} failed ({failed.last_summary or 'no reason given'}); "
+                      "retry it to resume the run.")
+    for step in steps.values():
+        if step.status == StepStatus.WAITING_APPROVAL:
+            count = step.approvals.filter(attempt=step.attempt, decision="approve").count()
+            return answer("waiting_approval", False, step,
+                          f"{step.title} waits for {step.approval_required - count} more "
+                          f"approval(s) from the {step.approval_group} group.")
+    for step in steps.values():
+        if step.status == StepStatus.RUNNING:
+            return answer("running", False, step, f"{step.title} is running "
+                          f"(attempt {step.attempt}).")
+        if step.status == StepStatus.RETRYING:
+            return answer("running", False, step,
+                          f"{step.title} retries at {step.retry_after:%Y-%m-%d %H:%M:%S}.")
+    for step in steps.values():
+        if step.status == StepStatus.BLOCKED:
+            return answer("blocked", True, step, f"{step.title} is blocked: "
+                          f"{step.last_summary or 'no reason given'}.")
+    ready = ready_steps(run, steps)
+    if ready:
+        return answer("ready", True, ready[0], f"{ready[0].title} is ready to start.")
+    return answer(run.status, False, None, f"Run {run.pk} is {run.status}.")
+
+
+__all__ = [
+    "AGENT_STATUSES", "IllegalTransition", "InvalidInput", "NotFound", "NotPermitted",
+    "Opened", "WorkflowError", "approve", "cancel_run", "complete_step", "derive_run_status",
+    "expire_lease", "fail_step", "open_run", "ready_steps", "record_transition",
+    "reject", "renew_lease", "resume_state", "retry_delay", "retry_step", "skip_step",
+    "start_step", "TERMINAL_RUN_STATUSES",
+]

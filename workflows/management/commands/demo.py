@@ -1,0 +1,121 @@
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth.models import Group, Permission, User
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from goals.models import Goal, GoalStatus
+from workflows import engine
+from workflows.models import Run
+from workflows.specs import parse_spec_file, store_spec
+
+PASSWORD = "tollgate-demo"
+USERS = {
+    # username: (groups, is_staff, is_superuser, what they do)
+    "admin": ([], True, True, "superuser: the Django admin"),
+    "alice": (["operators"], True, False, "requests runs; may retry and cancel"),
+    "bob": (["qa"], False, False, "QA approver"),
+    "carol": (["qa", "release-managers"], False, False, "QA approver and release manager"),
+    "dave": (["managers"], False, False, "manager: sees everything, changes nothing"),
+}
+
+
+class Command(BaseCommand):
+    help = "Load demo users, groups, goals, specs and runs in every state (idempotent)."
+
+    def handle(self, *args, **options):
+        with transaction.atomic():
+            users = self._users()
+            specs = self._specs()
+            goals = self._goals(users)
+        if not Run.objects.filter(idempotency_key__startswith="demo-").exists():
+            self._runs(users, specs, goals)
+        self.stdout.write("Demo data is loaded. Sign in at http://127.0.0.1:8000/ as:")
+        for name, (_, _, _, role) in USERS.items():
+            self.stdout.write(f"  {name:<6} / {PASSWORD}   {role}")
+
+    def _users(self) -> dict[str, User]:
+        operate = Permission.objects.get(codename="operate_run",
+                                         content_type__app_label="workflows")
+        groups = {}
+        for name in ["qa", "release-managers", "operators", "managers"]:
+            groups[name], _ = Group.objects.get_or_create(name=name)
+        groups["operators"].permissions.add(operate)
+        users = {}
+        for name, (member_of, staff, superuser, _) in USERS.items():
+            user, created = User.objects.get_or_create(
+                username=name, defaults={"email": f"{name}@example.com"})
+            if created:
+                user.set_password(PASSWORD)
+            user.is_staff, user.is_superuser = staff, superuser
+            user.save()
+            user.groups.set([groups[g] for g in member_of])
+            users[name] = user
+        return users
+
+    def _specs(self) -> dict:
+        examples = Path(settings.BASE_DIR, "examples")
+        specs = {}
+        for path in sorted(examples.glob("*.*")):
+            spec, _ = store_spec(parse_spec_file(path))
+            specs[spec.name] = spec
+        return specs
+
+    def _goals(self, users) -> dict[str, Goal]:
+        def goal(title, parent=None, **fields):
+            obj, _ = Goal.objects.get_or_create(title=title, parent=parent, defaults=fields)
+            return obj
+
+        root = goal("Ship Tollgate 1.0", owner=users["alice"], priority="high",
+                    objective="A durable workflow runtime teams trust with releases.",
+                    success_signal="Three teams run their releases through it")
+        return {
+            "root": root,
+            "release": goal("Release pipeline", root, owner=users["alice"], priority="critical",
+                            next_action="Get QA sign-off on the release candidate"),
+            "onboarding": goal("Onboard new engineers", root, owner=users["carol"]),
+            "data": goal("Monthly data releases", root, owner=users["dave"],
+                         status=GoalStatus.BLOCKED,
+                         blocker_reason="Waiting on the warehouse migration"),
+            "docs": goal("Write the operator handbook", root, owner=users["alice"],
+                         priority="low"),
+        }
+
+    def _runs(self, users, specs, goals) -> None:
+        alice, bob, carol = users["alice"], users["bob"], users["carol"]
+        agent = "demo agent"
+
+        def open_(key, spec="release", goal="release", **kw):
+            return engine.open_run(spec, actor=alice, goal=goals[goal],
+                                   idempotency_key=f"demo-{key}", **kw).run
+
+        run = open_("completed", title="Release 0.9")
+        engine.record_transition(run, "build", actor=agent, step_status="completed",
+                                 summary="Built in 3m", state_patch={"artifact": "0.9.tar.gz"})
+        engine.approve(run, "qa", user=bob, comment="Smoke tests pass")
+        engine.approve(run, "qa", user=carol)
+        engine.record_transition(run, "deploy", actor=agent, step_status="completed")
+        engine.record_transition(run, "notify", actor=agent, step_status="completed")
+
+        run = open_("waiting", title="Release 1.0-rc1")
+        engine.record_transition(run, "build", actor=agent, step_status="completed",
+                                 summary="Built", evidence={"log": "all green"})
+        engine.approve(run, "qa", user=bob, comment="Looks good to me")
+
+        run = open_("failed", title="Release 1.0-rc0")
+        engine.record_transition(run, "build", actor=agent, step_status="failed",
+                                 summary="Compiler error in engine.py")
+
+        run = open_("cancelled", title="Release 0.8-hotfix")
+        engine.cancel_run(run, actor=alice, reason="Superseded by 0.9")
+
+        run = open_("running", "onboarding", "onboarding", title="Onboard Erin")
+        engine.record_transition(run, "accounts", actor=agent, step_status="running",
+                                 summary="Creating accounts")
+
+        run = open_("blocked", "data-release", "data", title="November data release")
+        engine.record_transition(run, "extract", actor=agent, step_status="blocked",
+                                 summary="Warehouse credentials expired")
+
+        open_("open", "data-release", "data", title="December data release")

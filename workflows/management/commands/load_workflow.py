@@ -1,0 +1,27 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from workflows.specs import SpecError, parse_spec_file, store_spec
+
+
+class Command(BaseCommand):
+    help = "Validate and store workflow specs (JSON or YAML files)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("files", nargs="+", metavar="FILE")
+
+    def handle(self, *args, **options):
+        files = options["files"]
+        failed = 0
+        for path in files:
+            try:
+                spec, created = store_spec(parse_spec_file(path))
+            except SpecError as exc:
+                failed += 1
+                self.stderr.write(f"{path}: {exc}" if not str(exc).startswith(path) else str(exc))
+                continue
+            self.stdout.write(f"{spec.name} v{spec.version}")
+            if not created and options["verbosity"] > 1:
+                self.stderr.write(f"{spec.name} is unchanged; kept v{spec.version}")
+        if failed:
+            raise CommandError(f"{failed} of {len(files)} spec file(s) refused; nothing stored "
+                               "from those.")

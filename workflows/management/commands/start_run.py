@@ -1,0 +1,37 @@
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from workflows import engine
+
+
+class Command(BaseCommand):
+    help = "Open a run of a workflow spec and print its id."
+
+    def add_arguments(self, parser):
+        parser.add_argument("spec", metavar="SPEC_NAME")
+        parser.add_argument("--goal", metavar="GOAL_ID")
+        parser.add_argument("--idempotency-key", default="", metavar="KEY")
+        parser.add_argument("--state", default="", metavar="JSON",
+                            help="initial shared state, a JSON object")
+        parser.add_argument("--title", default="")
+
+    def handle(self, *args, **options):
+        state = None
+        if options["state"]:
+            try:
+                state = json.loads(options["state"])
+            except json.JSONDecodeError as exc:
+                raise CommandError(f"--state is not valid JSON: {exc}") from None
+        try:
+            opened = engine.open_run(
+                options["spec"], actor="manage.py start_run", goal=options["goal"],
+                idempotency_key=options["idempotency_key"], shared_state=state,
+                title=options["title"],
+            )
+        except engine.WorkflowError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(str(opened.run.pk))
+        if opened.reused:
+            self.stderr.write(f"Reused open run {opened.run.pk} for idempotency key "
+                              f"{options['idempotency_key']!r}.")

@@ -1,0 +1,298 @@
+"""Specs, runs, steps, approvals and the append-only checkpoint log.
+
+Statuses change only through `workflows.engine`; these models hold the invariants the
+database can check.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from goals.models import Priority
+
+
+class SpecStatus(models.TextChoices):
+    ACTIVE = "active"
+    ARCHIVED = "archived"
+
+
+class RunStatus(models.TextChoices):
+    OPEN = "open"
+    RUNNING = "running"
+    BLOCKED = "blocked"
+    WAITING_APPROVAL = "waiting_approval"
+    FAILED = "failed"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+
+
+OPEN_RUN_STATUSES = (
+    RunStatus.OPEN,
+    RunStatus.RUNNING,
+    RunStatus.BLOCKED,
+    RunStatus.WAITING_APPROVAL,
+)
+TERMINAL_RUN_STATUSES = (RunStatus.FAILED, RunStatus.COMPLETED, RunStatus.CANCELLED)
+
+
+class StepStatus(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    WAITING_APPROVAL = "waiting_approval"
+    RETRYING = "retrying"
+    BLOCKED = "blocked"
+    FAILED = "failed"
+    COMPLETED = "completed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+
+OPEN_STEP_STATUSES = (
+    StepStatus.PENDING,
+    StepStatus.RUNNING,
+    StepStatus.WAITING_APPROVAL,
+    StepStatus.RETRYING,
+    StepStatus.BLOCKED,
+)
+
+
+class StepKind(models.TextChoices):
+    RUN = "run"
+    APPROVAL = "approval"
+
+
+class WorkflowSpec(models.Model):
+    name = models.SlugField(max_length=100)
+    version = models.PositiveIntegerField()
+    description = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=SpecStatus, default=SpecStatus.ACTIVE)
+    definition = models.JSONField(help_text="The validated spec, as loaded.")
+    digest = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name", "-version"]
+        verbose_name = "workflow spec"
+        constraints = [
+            models.UniqueConstraint(fields=["name", "version"], name="spec_name_version_unique"),
+            models.UniqueConstraint(
+                fields=["name"],
+                condition=Q(status=SpecStatus.ACTIVE),
+                name="spec_one_active_version",
+                violation_error_message="Only one version of a spec may be active.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} v{self.version}"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from .specs import SpecError, validate_spec
+
+        try:
+            self.definition = validate_spec({**(self.definition or {}), "name": self.name})
+        except SpecError as exc:
+            raise ValidationError({"definition": str(exc)}) from exc
+
+
+class Run(models.Model):
+    spec = models.ForeignKey(WorkflowSpec, on_delete=models.PROTECT, related_name="runs")
+    # Denormalised so the database can enforce one open run per spec name and key.
+    spec_name = models.SlugField(max_length=100, editable=False)
+    goal = models.ForeignKey(
+        "goals.Goal", null=True, blank=True, on_delete=models.PROTECT, related_name="runs"
+    )
+    title = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=20, choices=RunStatus, default=RunStatus.OPEN)
+    priority = models.CharField(max_length=16, choices=Priority, default=Priority.NORMAL)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="requested_runs",
+    )
+    idempotency_key = models.CharField(max_length=200, blank=True)
+    shared_state = models.JSONField(default=dict, blank=True)
+    next_action = models.CharField(max_length=500, blank=True)
+    current_step = models.CharField(max_length=100, blank=True)
+    error = models.TextField(blank=True)
+    checkpoint_seq = models.PositiveIntegerField(default=0, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        permissions = [("operate_run", "Can retry, skip and cancel runs")]
+        indexes = [
+            models.Index(fields=["status", "-created_at"]),
+            models.Index(fields=["goal", "status"]),
+            models.Index(fields=["spec_name", "-created_at"]),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["spec_name", "idempotency_key"],
+                condition=Q(status__in=OPEN_RUN_STATUSES) & ~Q(idempotency_key=""),
+                name="run_one_open_per_idempotency_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.title or self.spec_name}"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_RUN_STATUSES
+
+
+class Step(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    key = models.CharField(max_length=100)
+    title = models.CharField(max_length=200, blank=True)
+    index = models.PositiveIntegerField()
+    depends_on = models.JSONField(default=list, blank=True)
+    kind = models.CharField(max_length=16, choices=StepKind)
+    config = models.JSONField(default=dict, blank=True, help_text="The step as the spec has it.")
+    status = models.CharField(max_length=20, choices=StepStatus, default=StepStatus.PENDING)
+    continue_on_failure = models.BooleanField(default=False)
+    attempt = models.PositiveIntegerField(default=0)
+    # A manual retry opens a fresh window of max_retries automatic retries from here.
+    attempt_base = models.PositiveIntegerField(default=0)
+    max_retries = models.PositiveIntegerField(default=0)
+    retry_backoff_seconds = models.FloatField(default=0)
+    retry_after = models.DateTimeField(null=True, blank=True)
+    approval_group = models.CharField(max_length=150, blank=True)
+    approval_required = models.PositiveIntegerField(default=1)
+    allow_self_approval = models.BooleanField(default=False)
+    waiting_since = models.DateTimeField(null=True, blank=True)
+    compensation = models.JSONField(null=True, blank=True)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    # When the queue was last rung for this step; the sweeper re-rings what looks lost.
+    rung_at = models.DateTimeField(null=True, blank=True)
+    compensated_at = models.DateTimeField(null=True, blank=True)
+    lease_token = models.CharField(max_length=64, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    last_summary = models.TextField(blank=True)
+    last_evidence = models.JSONField(default=dict, blank=True)
+    last_state_patch = models.JSONField(default=dict, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["run", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "key"], name="step_key_unique_in_run"),
+            models.CheckConstraint(
+                condition=Q(approval_required__gte=1), name="step_quorum_at_least_one"
+            ),
+        ]
+        indexes = [
+            # The sweeper's scan: only live leases, ordered by expiry.
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(status="running", lease_expires_at__isnull=False),
+                name="step_running_lease_idx",
+            ),
+            # Inbox and dispatch scans touch only open steps.
+            models.Index(
+                fields=["approval_group", "waiting_since"],
+                condition=Q(status="waiting_approval"),
+                name="step_waiting_gate_idx",
+            ),
+            models.Index(
+                fields=["status", "retry_after"],
+                condition=Q(status__in=["pending", "retrying"]),
+                name="step_ready_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}:{self.key}"
+
+    @property
+    def duration(self):
+        if self.started_at and self.finished_at:
+            return self.finished_at - self.started_at
+        return None
+
+
+class Decision(models.TextChoices):
+    APPROVE = "approve"
+    REJECT = "reject"
+
+
+class Approval(models.Model):
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="approvals")
+    attempt = models.PositiveIntegerField()
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approvals"
+    )
+    decision = models.CharField(max_length=16, choices=Decision)
+    comment = models.TextField(blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["step", "attempt", "user"], name="approval_one_per_user_attempt"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.decision} {self.step}"
+
+
+class CheckpointQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise TypeError("Checkpoints are append-only.")
+
+    def delete(self):
+        raise TypeError("Checkpoints are append-only.")
+
+
+class Checkpoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=40)
+    step = models.ForeignKey(
+        Step, null=True, blank=True, on_delete=models.CASCADE, related_name="checkpoints"
+    )
+    run_status = models.CharField(max_length=20, choices=RunStatus)
+    step_status = models.CharField(max_length=20, choices=StepStatus, blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    actor_name = models.CharField(max_length=200)
+    summary = models.TextField(blank=True)
+    evidence = models.JSONField(default=dict, blank=True)
+    state_patch = models.JSONField(default=dict, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    objects = CheckpointQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="checkpoint_seq_unique_in_run"),
+            models.CheckConstraint(condition=Q(seq__gte=1), name="checkpoint_seq_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.kind}"
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise TypeError("Checkpoints are append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise TypeError("Checkpoints are append-only.")

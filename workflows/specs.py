@@ -1,0 +1,287 @@
+"""Workflow spec validation and storage.
+
+A spec is refused as a whole; every error names the step and the problem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+TOP_FIELDS = {"name", "version", "description", "steps"}
+STEP_FIELDS = {
+    "key", "title", "description", "depends_on", "run", "approval", "max_retries",
+    "retry_backoff_seconds", "retry_backoff", "retry_backoff_max_seconds",
+    "continue_on_failure", "compensation",
+}
+ACTION_FIELDS = {"command", "shell", "callable", "timeout_seconds", "cwd", "env"}
+APPROVAL_FIELDS = {
+    "group", "required", "allow_self_approval", "timeout_seconds", "on_timeout", "escalate_to",
+}
+BACKOFF_KINDS = {"fixed", "exponential"}
+
+
+class SpecError(ValueError):
+    """A spec that cannot be stored; the message says where and why."""
+
+
+def _fail(where: str, problem: str):
+    raise SpecError(f"{where}: {problem}")
+
+
+def _unknown(where: str, data: dict, allowed: set[str]) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        _fail(where, f"unknown field {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+
+
+def _number(where: str, data: dict, field: str, *, integer: bool = False, positive=False):
+    if field not in data:
+        return
+    value = data[field]
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        _fail(where, f"{field} must be {'an integer' if integer else 'a number'}, got {value!r}")
+    if value < 0:
+        _fail(where, f"{field} must not be negative, got {value}")
+    if positive and value == 0:
+        _fail(where, f"{field} must be greater than 0")
+
+
+def callable_allowed(path: str) -> bool:
+    """True if the dotted path is on the TOLLGATE_CALLABLES allow-list."""
+    for entry in settings.TOLLGATE_CALLABLES:
+        module = entry[:-1]
+        if entry.endswith(".*") and path.startswith(module) and "." not in path[len(module):]:
+            return True
+        if entry == path:
+            return True
+    return False
+
+
+def _validate_action(where: str, action) -> dict:
+    if not isinstance(action, dict):
+        _fail(where, "must be an object with one of command, shell or callable")
+    _unknown(where, action, ACTION_FIELDS)
+    given = [k for k in ("command", "shell", "callable") if k in action]
+    if len(given) != 1:
+        _fail(where, "needs exactly one of command, shell or callable"
+              + (f" (got {', '.join(given)})" if given else ""))
+    if "command" in action:
+        command = action["command"]
+        if isinstance(command, str):
+            _fail(where, "command must be a list of arguments, not a string "
+                  "(use shell for a shell line)")
+        if not isinstance(command, list) or not command or not all(
+            isinstance(arg, str) for arg in command
+        ):
+            _fail(where, "command must be a non-empty list of strings")
+    if "shell" in action and (not isinstance(action["shell"], str) or not action["shell"].strip()):
+        _fail(where, "shell must be a non-empty string")
+    if "callable" in action:
+        path = action["callable"]
+        if not isinstance(path, str) or not path:
+            _fail(where, "callable must be a dotted path")
+        if not callable_allowed(path):
+            _fail(where, f"callable {path!r} is not on the allow-list (TOLLGATE_CALLABLES)")
+    _number(where, action, "timeout_seconds", positive=True)
+    if "cwd" in action and not isinstance(action["cwd"], str):
+        _fail(where, "cwd must be a string")
+    if "env" in action and (
+        not isinstance(action["env"], dict)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in action["env"].items())
+    ):
+        _fail(where, "env must map names to string values")
+    return action
+
+
+def _validate_approval(where: str, approval) -> dict:
+    if not isinstance(approval, dict):
+        _fail(where, "must be an object")
+    _unknown(where, approval, APPROVAL_FIELDS)
+    group = approval.get("group")
+    if not isinstance(group, str) or not group.strip():
+        _fail(where, "group is required (the approver group's name)")
+    required = approval.get("required", 1)
+    if isinstance(required, bool) or not isinstance(required, int) or required < 1:
+        _fail(where, f"required must be an integer of at least 1, got {required!r}")
+    if not isinstance(approval.get("allow_self_approval", False), bool):
+        _fail(where, "allow_self_approval must be true or false")
+    _number(where, approval, "timeout_seconds", positive=True)
+    on_timeout = approval.get("on_timeout")
+    if on_timeout is not None and on_timeout not in ("reject", "escalate"):
+        _fail(where, f"on_timeout must be 'reject' or 'escalate', got {on_timeout!r}")
+    if on_timeout and "timeout_seconds" not in approval:
+        _fail(where, "on_timeout needs timeout_seconds")
+    if on_timeout == "escalate" and not approval.get("escalate_to"):
+        _fail(where, "on_timeout 'escalate' needs escalate_to (a group name)")
+    return {"required": 1, "allow_self_approval": False, **approval}
+
+
+def _validate_step(index: int, step) -> dict:
+    if not isinstance(step, dict):
+        _fail(f"step {index + 1}", "must be an object")
+    key = step.get("key")
+    if not isinstance(key, str) or not key.strip():
+        _fail(f"step {index + 1}", "missing key")
+    where = f"step {key!r}"
+    _unknown(where, step, STEP_FIELDS)
+    if ("run" in step) == ("approval" in step):
+        _fail(where, "needs exactly one of run or approval"
+              + (" (got both)" if "run" in step else " (got neither)"))
+    depends_on = step.get("depends_on", [])
+    if not isinstance(depends_on, list) or not all(isinstance(d, str) for d in depends_on):
+        _fail(where, "depends_on must be a list of step keys")
+    if key in depends_on:
+        _fail(where, "depends on itself")
+    if len(set(depends_on)) != len(depends_on):
+        _fail(where, "depends_on lists a step twice")
+    if "title" in step and not isinstance(step["title"], str):
+        _fail(where, "title must be a string")
+    _number(where, step, "max_retries", integer=True)
+    _number(where, step, "retry_backoff_seconds")
+    _number(where, step, "retry_backoff_max_seconds")
+    if step.get("retry_backoff", "fixed") not in BACKOFF_KINDS:
+        _fail(where, f"retry_backoff must be one of {sorted(BACKOFF_KINDS)}")
+    if not isinstance(step.get("continue_on_failure", False), bool):
+        _fail(where, "continue_on_failure must be true or false")
+    normal = {**step, "title": step.get("title") or key, "depends_on": depends_on}
+    if "run" in step:
+        normal["run"] = _validate_action(f"{where} run", step["run"])
+    else:
+        normal["approval"] = _validate_approval(f"{where} approval", step["approval"])
+        if "max_retries" in step or "compensation" in step:
+            _fail(where, "an approval step has no retries or compensation")
+    if "compensation" in step:
+        normal["compensation"] = _validate_action(f"{where} compensation", step["compensation"])
+    return normal
+
+
+def _find_cycle(steps: list[dict]) -> str | None:
+    graph = {s["key"]: s["depends_on"] for s in steps}
+    state: dict[str, int] = {}  # 1 visiting, 2 done
+
+    def visit(key: str) -> str | None:
+        state[key] = 1
+        for dep in graph[key]:
+            if state.get(dep) == 1:
+                return dep
+            if state.get(dep) is None and (found := visit(dep)):
+                return found
+        state[key] = 2
+        return None
+
+    for key in graph:
+        if state.get(key) is None and (found := visit(key)):
+            return found
+    return None
+
+
+def validate_spec(data) -> dict:
+    """Return the normalised spec, or raise SpecError naming the step and the problem."""
+    if not isinstance(data, dict):
+        raise SpecError("spec: must be a JSON object")
+    _unknown("spec", data, TOP_FIELDS)
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise SpecError("spec: name is required")
+    from django.core.validators import validate_slug
+
+    try:
+        validate_slug(name)
+    except Exception:
+        raise SpecError(f"spec: name {name!r} must be letters, digits, - or _") from None
+    if "version" in data and (isinstance(data["version"], bool)
+                              or not isinstance(data["version"], int) or data["version"] < 1):
+        raise SpecError("spec: version must be a positive integer")
+    if not isinstance(data.get("description", ""), str):
+        raise SpecError("spec: description must be a string")
+    steps = data.get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise SpecError("spec: has no steps")
+    normal_steps = []
+    seen: set[str] = set()
+    for index, step in enumerate(steps):
+        normal = _validate_step(index, step)
+        if normal["key"] in seen:
+            _fail(f"step {normal['key']!r}", "duplicate key")
+        seen.add(normal["key"])
+        normal_steps.append(normal)
+    for step in normal_steps:
+        for dep in step["depends_on"]:
+            if dep not in seen:
+                _fail(f"step {step['key']!r}", f"depends_on names unknown step {dep!r}")
+    if cycle_at := _find_cycle(normal_steps):
+        _fail(f"step {cycle_at!r}", "is part of a dependency cycle")
+    return {
+        "name": name,
+        "description": data.get("description", ""),
+        "steps": normal_steps,
+    }
+
+
+def digest(definition: dict) -> str:
+    return hashlib.sha256(json.dumps(definition, sort_keys=True).encode()).hexdigest()
+
+
+def parse_spec_file(path: str | Path) -> dict:
+    """Read a JSON (or YAML) spec file; SpecError if it cannot be parsed."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise SpecError(f"{path}: invalid YAML ({exc})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: "
+                        f"{exc.msg}") from None
+
+
+def store_spec(data) -> tuple[WorkflowSpec, bool]:  # noqa: F821
+    """Validate and store a spec. Returns (spec, created); unchanged specs are not re-stored."""
+    from .models import SpecStatus, WorkflowSpec
+
+    definition = validate_spec(data)
+    spec_digest = digest(definition)
+    for _ in range(3):
+        try:
+            with transaction.atomic():
+                current = (
+                    WorkflowSpec.objects.select_for_update()
+                    .filter(name=definition["name"], status=SpecStatus.ACTIVE)
+                    .first()
+                )
+                if current is not None and current.digest == spec_digest:
+                    return current, False
+                last = (
+                    WorkflowSpec.objects.filter(name=definition["name"])
+                    .order_by("-version")
+                    .values_list("version", flat=True)
+                    .first()
+                )
+                WorkflowSpec.objects.filter(
+                    name=definition["name"], status=SpecStatus.ACTIVE
+                ).update(status=SpecStatus.ARCHIVED)
+                spec = WorkflowSpec.objects.create(
+                    name=definition["name"],
+                    version=(last or 0) + 1,
+                    description=definition["description"],
+                    definition=definition,
+                    digest=spec_digest,
+                )
+                return spec, True
+        except IntegrityError:
+            continue  # a concurrent load took this version; look again
+    raise SpecError(f"spec {definition['name']!r}: too many concurrent loads, try again")
