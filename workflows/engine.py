@@ -556,8 +556,8 @@ def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
     with transaction.atomic():
         run, steps = _lock(run)
         step = _step(run, steps, key)
-        if run.status in (RunStatus.CANCELLED, RunStatus.COMPLETED):
-            raise IllegalTransition(f"Cannot skip {key}: run {run.pk} is {run.status}.")
+        # A failed run stays failed until a retry: skipping is for runs still in motion.
+        _require_open(run, f"skip {key}")
         if step.status in (StepStatus.RUNNING, StepStatus.COMPLETED, StepStatus.SKIPPED,
                            StepStatus.CANCELLED):
             raise IllegalTransition(f"Cannot skip {key}: it is {step.status}.")

@@ -113,13 +113,13 @@ def run_process(action: dict, *, context: dict, shared_state: dict, stop: thread
         state_file = Path(tmp, "state.json")
         patch_file = Path(tmp, "state_patch.json")
         state_file.write_text(json.dumps(shared_state))
+        secrets = secret_values({**os.environ, **action.get("env", {})})
         env = {**os.environ, **action.get("env", {}),
                "TOLLGATE_RUN_ID": str(context["run_id"]),
                "TOLLGATE_STEP_KEY": context["step_key"],
                "TOLLGATE_ATTEMPT": str(context["attempt"]),
                "TOLLGATE_STATE_FILE": str(state_file),
                "TOLLGATE_STATE_PATCH_FILE": str(patch_file)}
-        secrets = secret_values(env)
         argv = ["/bin/sh", "-c", action["shell"]] if "shell" in action else action["command"]
         try:
             proc = subprocess.Popen(

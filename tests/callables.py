@@ -1,0 +1,15 @@
+"""Callables for tests; consumers started by tests allow `tests.callables.*`."""
+
+import os
+import time
+
+
+def record(context: dict) -> None:
+    """Append one line per execution to $TOLLGATE_TRACE_FILE: proof of how often a step ran."""
+    line = f"{context['run_id']}:{context['step_key']}:{context['attempt']}:{os.getpid()}\n"
+    with open(os.environ["TOLLGATE_TRACE_FILE"], "a") as trace:
+        trace.write(line)
+
+
+def nap(context: dict) -> None:
+    time.sleep(float(context["shared_state"].get("nap", 0.2)))

@@ -1,0 +1,82 @@
+"""Start real `manage.py run_huey` processes against the test database and queue."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def database_url() -> str:
+    db = connection.settings_dict
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        return f"sqlite:///{db['NAME']}"
+    user = db["USER"] or ""
+    auth = f"{user}:{db['PASSWORD']}@" if db["PASSWORD"] else (f"{user}@" if user else "")
+    return f"postgres://{auth}{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def consumer_env(**extra: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tollgate.settings",
+        "DEBUG": "0",
+        "DATABASE_URL": database_url(),
+        "TOLLGATE_HUEY_NAME": settings.HUEY["name"],
+        "TOLLGATE_LEASE_SECONDS": "2",
+        "TOLLGATE_SWEEP_SECONDS": "1",
+        "TOLLGATE_KILL_GRACE_SECONDS": "1",
+        "TOLLGATE_CALLABLES": "workflows.callables.*,tests.callables.*",
+        "LOG_LEVEL": "WARNING",
+    }
+    if settings.HUEY["huey_class"] == "huey.SqliteHuey":
+        env["TOLLGATE_HUEY_FILE"] = settings.HUEY["filename"]
+    env.update(extra)
+    return env
+
+
+class Consumer:
+    """One consumer process; stopped (SIGINT, then SIGKILL) when the test ends."""
+
+    def __init__(self, workers: int = 2, log: Path | None = None, **env: str):
+        self.log = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "manage.py", "run_huey", "--workers", str(workers),
+             "--worker-type", "thread"],
+            cwd=ROOT, env=consumer_env(**env), stdout=self.log, stderr=self.log,
+            start_new_session=True,
+        )
+
+    def kill(self) -> None:
+        """SIGKILL: no signal handler runs, whatever it held is lost."""
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.log is not subprocess.DEVNULL:
+            self.log.close()
+
+
+def wait_for(predicate, timeout: float = 30, interval: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -1,0 +1,134 @@
+"""Steps executed by real Huey consumer processes, including ones killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from workflows import engine
+from workflows.models import Checkpoint, Run, Step
+from workflows.specs import store_spec
+
+from .consumers import Consumer, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.consumer]
+
+
+@pytest.fixture
+def consumers(settings, tmp_path):
+    settings.TOLLGATE_DISPATCH = True
+    settings.TOLLGATE_CALLABLES = ["workflows.callables.*", "tests.callables.*"]
+    started: list[Consumer] = []
+
+    def start(**kwargs) -> Consumer:
+        consumer = Consumer(log=tmp_path / "consumer.log", **kwargs)
+        started.append(consumer)
+        return consumer
+
+    yield start
+    for consumer in started:
+        consumer.stop()
+
+
+def run_status(run: Run) -> str:
+    return Run.objects.get(pk=run.pk).status
+
+
+def closed(run: Run) -> bool:
+    return run_status(run) in ("completed", "failed", "cancelled")
+
+
+def completions(run: Run) -> dict[str, int]:
+    keys = Checkpoint.objects.filter(run=run, kind="step_completed").values_list(
+        "step__key", flat=True)
+    return {key: list(keys).count(key) for key in set(keys)}
+
+
+def test_parallel_branches_run_at_the_same_time(consumers):
+    spec = store_spec({"name": "fan", "steps": [
+        {"key": "start", "run": {"callable": "workflows.callables.noop"}},
+        {"key": "left", "depends_on": ["start"], "run": {"command": ["sleep", "1.5"]}},
+        {"key": "right", "depends_on": ["start"], "run": {"command": ["sleep", "1.5"]}},
+        {"key": "join", "depends_on": ["left", "right"],
+         "run": {"callable": "workflows.callables.noop"}},
+    ]})[0]
+    consumers(workers=2)
+    run = engine.open_run(spec).run
+    wait_for(lambda: closed(run), 60, what="the run to finish")
+    assert run_status(run) == "completed"
+    left, right = Step.objects.get(run=run, key="left"), Step.objects.get(run=run, key="right")
+    assert left.started_at < right.finished_at and right.started_at < left.finished_at
+    assert completions(run) == {"start": 1, "left": 1, "right": 1, "join": 1}
+
+
+def test_sigkill_mid_step_is_recovered_by_a_new_consumer(consumers, tmp_path):
+    spec = store_spec({"name": "crash", "steps": [
+        {"key": "slow", "max_retries": 2,
+         "run": {"shell": f"echo started >> {tmp_path}/attempts; sleep 3"}},
+        {"key": "after", "depends_on": ["slow"], "run": {"callable": "workflows.callables.noop"}},
+    ]})[0]
+    first = consumers(workers=1)
+    run = engine.open_run(spec).run
+    attempts = tmp_path / "attempts"
+    wait_for(lambda: attempts.exists() and "started" in attempts.read_text(), 30,
+             what="the step's command to start")
+    first.kill()
+    consumers(workers=1)
+    wait_for(lambda: closed(run), 60, what="the run to finish after the crash")
+    assert run_status(run) == "completed"
+    slow = Step.objects.get(run=run, key="slow")
+    assert slow.attempt == 2
+    assert completions(run) == {"slow": 1, "after": 1}
+    expired = Checkpoint.objects.get(run=run, kind="step_retrying")
+    assert "Lease" in expired.summary and expired.actor_name.startswith("sweeper")
+    assert attempts.read_text().count("started") == 2
+
+
+def test_cancel_stops_a_running_sleep(consumers, tmp_path):
+    pid_file = tmp_path / "pid"
+    spec = store_spec({"name": "long", "steps": [
+        {"key": "wait", "run": {"shell": f"echo $$ > {pid_file}; exec sleep 60"}}]})[0]
+    consumers(workers=1)
+    run = engine.open_run(spec).run
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 30,
+             what="the sleep to start")
+    pid = int(pid_file.read_text())
+    cancelled_at = time.monotonic()
+    engine.cancel_run(run, actor="test", reason="stop it")
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return Path(f"/proc/{pid}/stat").exists() and " Z " in Path(f"/proc/{pid}/stat").read_text()
+
+    wait_for(gone, 10, 0.05, what="the sleep process to be terminated")
+    # Two heartbeats of a 2 s lease are about 1.4 s; allow for the kill grace and scheduling.
+    assert time.monotonic() - cancelled_at < 4
+    assert Step.objects.get(run=run, key="wait").status == "cancelled"
+    note = wait_for(lambda: Checkpoint.objects.filter(run=run, kind="stale_result").first(), 10,
+                    what="the stopped worker's report")
+    assert note.evidence.get("token")
+
+
+def test_two_consumers_run_every_step_exactly_once(consumers, tmp_path):
+    trace = tmp_path / "trace"
+    steps = [{"key": f"s{i}", "run": {"callable": "tests.callables.record"}}
+             for i in range(100)]
+    spec = store_spec({"name": "wide", "steps": steps})[0]
+    consumers(workers=2, TOLLGATE_TRACE_FILE=str(trace))
+    consumers(workers=2, TOLLGATE_TRACE_FILE=str(trace))
+    runs = [engine.open_run(spec).run for _ in range(2)]
+    for run in runs:
+        wait_for(lambda run=run: closed(run), 120, 0.25, what="200 steps to finish")
+        assert run_status(run) == "completed"
+    lines = trace.read_text().splitlines()
+    executed = [line.rsplit(":", 2)[0] for line in lines]
+    assert len(executed) == 200 and len(set(executed)) == 200
+    assert len({line.rsplit(":", 1)[1] for line in lines}) == 2  # both consumers worked
+    for run in runs:
+        assert set(completions(run).values()) == {1}

@@ -1,0 +1,144 @@
+"""Executors: no shell unless asked, timeouts kill the process group, output capped and redacted."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from workflows.executors import CappedBuffer, execute, run_process
+
+CONTEXT = {"run_id": 7, "step_key": "build", "attempt": 2}
+
+
+def run(action, state=None, stop=None, grace=1.0):
+    return run_process(action, context=CONTEXT, shared_state=state or {},
+                       stop=stop or threading.Event(), grace=grace)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split()[2] != "Z"
+
+
+def test_command_runs_without_a_shell():
+    outcome = run({"command": ["echo", "$HOME", ";", "rm", "-rf", "/"]})
+    assert outcome.ok and outcome.evidence["stdout"] == "$HOME ; rm -rf /\n"
+
+
+def test_shell_is_explicit():
+    outcome = run({"shell": "echo one two | wc -w"})
+    assert outcome.ok and outcome.evidence["stdout"].strip() == "2"
+
+
+def test_environment_state_file_and_patch(tmp_path):
+    script = ('echo "$TOLLGATE_RUN_ID $TOLLGATE_STEP_KEY $TOLLGATE_ATTEMPT $GREETING"; '
+              'cat "$TOLLGATE_STATE_FILE"; echo \'{"built": true}\' > "$TOLLGATE_STATE_PATCH_FILE"')
+    outcome = run({"shell": script, "env": {"GREETING": "hi"}, "cwd": str(tmp_path)},
+                  state={"branch": "main"})
+    lines = outcome.evidence["stdout"].splitlines()
+    assert lines[0] == "7 build 2 hi" and json.loads(lines[1]) == {"branch": "main"}
+    assert outcome.state_patch == {"built": True}
+
+
+def test_bad_patch_file_fails_the_step():
+    outcome = run({"shell": 'echo "not json" > "$TOLLGATE_STATE_PATCH_FILE"'})
+    assert not outcome.ok and "not valid JSON" in outcome.summary
+
+
+def test_nonzero_exit_fails_with_status():
+    outcome = run({"command": ["sh", "-c", "echo oops >&2; exit 3"]})
+    assert not outcome.ok and outcome.evidence["exit_code"] == 3
+    assert outcome.evidence["stderr"] == "oops\n" and "status 3" in outcome.summary
+
+
+def test_missing_program():
+    outcome = run({"command": ["no-such-program-xyz"]})
+    assert not outcome.ok and "Could not start" in outcome.summary
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path):
+    pids = tmp_path / "pids"
+    started = time.monotonic()
+    outcome = run({"shell": f"sleep 30 & echo $! > {pids}; echo $$ >> {pids}; wait",
+                   "timeout_seconds": 0.5})
+    assert time.monotonic() - started < 5
+    assert not outcome.ok and outcome.evidence["timed_out"] and "Timed out" in outcome.summary
+    for pid in map(int, pids.read_text().split()):
+        assert not alive(pid)
+
+
+def test_a_command_ignoring_sigterm_gets_sigkill(tmp_path):
+    pid_file = tmp_path / "pid"
+    started = time.monotonic()
+    outcome = run({"shell": f"trap '' TERM; echo $$ > {pid_file}; while :; do sleep 0.1; done",
+                   "timeout_seconds": 0.5}, grace=0.5)
+    assert outcome.evidence["timed_out"] and time.monotonic() - started < 5
+    assert not alive(int(pid_file.read_text()))
+
+
+def test_stop_event_terminates():
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    outcome = run({"command": ["sleep", "30"]}, stop=stop)
+    assert not outcome.ok and outcome.evidence["terminated"] and not outcome.retryable
+
+
+def test_output_over_the_cap_keeps_head_and_tail(settings):
+    settings.TOLLGATE_OUTPUT_CAP = 1000
+    outcome = run({"shell": "echo START; head -c 200000 /dev/zero | tr '\\0' x; echo; echo END"})
+    out = outcome.evidence["stdout"]
+    assert out.startswith("START") and out.rstrip().endswith("END")
+    assert "bytes cut by Tollgate's output cap" in out and len(out) < 1200
+    assert outcome.evidence["stdout_bytes"] > 200000
+
+
+def test_capped_buffer_counts_what_it_cut():
+    buffer = CappedBuffer(10)
+    for chunk in [b"abc", b"defgh", b"ijklmnop", b"qrstuvwxyz"]:
+        buffer.write(chunk)
+    assert buffer.text() == "abcde\n[... 16 bytes cut by Tollgate's output cap ...]\nvwxyz"
+
+
+def test_secrets_are_redacted_from_output(settings, monkeypatch):
+    settings.TOLLGATE_REDACT_ENV = ["DEPLOY_HOOK"]
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_supersecret123")
+    outcome = run({"shell": 'echo "$GITHUB_TOKEN $DB_PASSWORD $DEPLOY_HOOK $PLAIN" >&2',
+                   "env": {"DB_PASSWORD": "hunter2hunter2", "DEPLOY_HOOK": "https://hook/x1",
+                           "PLAIN": "visible"}})
+    assert outcome.evidence["stderr"] == "[redacted] [redacted] [redacted] visible\n"
+
+
+def test_callable_returns_state_patch(settings):
+    outcome = execute({"callable": "workflows.callables.count"}, context=CONTEXT,
+                      shared_state={"count": 4}, stop=threading.Event())
+    assert outcome.ok and outcome.state_patch == {"count": 5}
+
+
+def test_callable_exception_fails_with_traceback():
+    outcome = execute({"callable": "workflows.callables.fail"}, context=CONTEXT,
+                      shared_state={}, stop=threading.Event())
+    assert not outcome.ok and "failed on purpose" in outcome.summary
+    assert "Traceback" in outcome.evidence["traceback"]
+
+
+def test_callable_off_the_allow_list_is_refused(settings):
+    outcome = execute({"callable": "os.getcwd"}, context=CONTEXT, shared_state={},
+                      stop=threading.Event())
+    assert not outcome.ok and "allow-list" in outcome.summary
+
+
+@pytest.mark.parametrize("path", ["workflows.callables.noop", "workflows.callables.sleep"])
+def test_allow_list_wildcard_covers_module_functions(path):
+    from workflows.specs import callable_allowed
+
+    assert callable_allowed(path)
+    assert not callable_allowed("workflows.callables_evil.noop")
+    assert not callable_allowed("workflows.callables.sub.noop")

@@ -1,0 +1,140 @@
+"""The worker's protocol in-process: leases, stale results, compensation, the sweeper."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from workflows import engine, sweeper, worker
+from workflows.models import Checkpoint, Step
+from workflows.specs import store_spec
+
+from .helpers import kinds, status
+
+pytestmark = pytest.mark.django_db
+
+
+def spec(*steps):
+    return store_spec({"name": "w", "steps": list(steps)})[0]
+
+
+def step_id(run, key):
+    return Step.objects.get(run=run, key=key).pk
+
+
+def test_worker_runs_a_command_step_to_completion(db):
+    run = engine.open_run(spec({"key": "a", "run": {"shell": "echo hi"}})).run
+    assert worker.run_step(step_id(run, "a")) == "step_completed"
+    a = Step.objects.get(run=run, key="a")
+    assert a.status == "completed" and a.last_evidence["stdout"] == "hi\n"
+    assert a.lease_token == "" and status(run)["run"] == "completed"
+
+
+def test_second_doorbell_for_a_claimed_step_does_nothing(db):
+    run = engine.open_run(spec({"key": "a", "run": {"command": ["true"]}})).run
+    engine.start_step(run, "a", owner="other", lease_seconds=30)
+    assert worker.run_step(step_id(run, "a")) == "not-ready"
+    assert kinds(run) == ["run_opened", "step_started"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_result_after_losing_the_lease_is_recorded_as_stale(settings):
+    settings.TOLLGATE_LEASE_SECONDS = 0.6
+    run = engine.open_run(spec({"key": "a", "max_retries": 1,
+                                "run": {"command": ["sleep", "30"]}})).run
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(kind=worker.run_step(
+        step_id(run, "a"))))
+    thread.start()
+    first = None
+    for _ in range(100):
+        first = Step.objects.get(run=run, key="a")
+        if first.status == "running":
+            break
+        threading.Event().wait(0.05)
+    # The sweeper takes the step away as if this worker had stalled, then another claims it.
+    Step.objects.filter(pk=first.pk).update(lease_expires_at=timezone.now()
+                                            - timedelta(seconds=1))
+    engine.expire_lease(first.pk)
+    Step.objects.filter(pk=first.pk).update(retry_after=None)
+    second = engine.start_step(run, "a", owner="second", lease_seconds=60)
+    thread.join(timeout=20)
+    assert result["kind"] == "stale_result"
+    stale = Checkpoint.objects.get(run=run, kind="stale_result")
+    assert stale.evidence["token"] == first.lease_token
+    current = Step.objects.get(run=run, key="a")
+    assert current.status == "running" and current.lease_token == second.lease_token
+
+
+def test_compensation_runs_in_reverse_order_of_completion(db, tmp_path):
+    log = tmp_path / "undo"
+    run = engine.open_run(spec(
+        {"key": "a", "run": {"command": ["true"]},
+         "compensation": {"shell": f"echo undo-a >> {log}"}},
+        {"key": "b", "depends_on": ["a"], "run": {"command": ["true"]},
+         "compensation": {"shell": f"echo undo-b >> {log}"}},
+        {"key": "c", "depends_on": ["b"], "run": {"command": ["false"]}},
+    )).run
+    for key in "abc":
+        worker.run_step(step_id(run, key))
+    assert status(run)["run"] == "failed"
+    assert worker.compensate_run(run.pk) == ["b", "a"]
+    assert log.read_text() == "undo-b\nundo-a\n"
+    assert kinds(run)[-2:] == ["compensated", "compensated"]
+    assert worker.compensate_run(run.pk) == []  # a duplicate message undoes nothing twice
+
+
+def test_failed_run_rings_compensation_after_commit(db, settings, monkeypatch,
+                                                    django_capture_on_commit_callbacks):
+    settings.TOLLGATE_DISPATCH = True
+    rung = []
+    monkeypatch.setattr("workflows.dispatch.compensate", rung.append)
+    monkeypatch.setattr("workflows.dispatch.ring", lambda ids: None)
+    run = engine.open_run(spec({"key": "a", "run": {"command": ["false"]}})).run
+    engine.start_step(run, "a")
+    with django_capture_on_commit_callbacks(execute=True):
+        engine.fail_step(run, "a", retryable=False)
+    assert rung == [run.pk]
+
+
+def test_sweeper_expires_dead_leases_into_retry_or_failure(db):
+    retry = engine.open_run(spec({"key": "a", "max_retries": 1,
+                                  "run": {"command": ["true"]}})).run
+    store_spec({"name": "once", "steps": [{"key": "a", "run": {"command": ["true"]}}]})
+    once = engine.open_run("once").run
+    for run in (retry, once):
+        engine.start_step(run, "a", owner="dead-worker", lease_seconds=30)
+    Step.objects.update(lease_expires_at=timezone.now() - timedelta(seconds=5))
+    report = sweeper.sweep()
+    assert report.expired == 2
+    assert status(retry)["a"] == "retrying" and status(once)["a"] == "failed"
+    assert sweeper.sweep().expired == 0
+
+
+def test_sweeper_rerings_idle_ready_steps(db, settings, monkeypatch):
+    rung = []
+    monkeypatch.setattr("workflows.dispatch.ring", lambda ids: rung.extend(ids))
+    run = engine.open_run(spec({"key": "a", "run": {"command": ["true"]}})).run
+    assert sweeper.sweep().rerung == 0  # just opened: its doorbell may still be in the queue
+    later = timezone.now() + timedelta(seconds=3 * settings.TOLLGATE_SWEEP_SECONDS)
+    assert sweeper.sweep(now=later).rerung == 1 and rung == [step_id(run, "a")]
+
+
+def test_expired_lease_query_uses_the_partial_index(db):
+    from django.db import connection
+
+    query = Step.objects.filter(status="running", lease_expires_at__lt=timezone.now()).order_by(
+        "lease_expires_at").values_list("pk", flat=True)[:1000]
+    plan = query.explain()
+    if connection.vendor == "sqlite":
+        assert "step_running_lease_idx" in plan
+    else:
+        # PostgreSQL may prefer a seq scan on a tiny table; forbid that to see the index is usable.
+        with connection.cursor() as cursor:
+            cursor.execute("SET enable_seqscan = off")
+            plan = query.explain()
+            cursor.execute("RESET enable_seqscan")
+        assert "step_running_lease_idx" in plan
