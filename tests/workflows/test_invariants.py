@@ -124,7 +124,8 @@ class EngineMachine(RuleBasedStateMachine):
 def test_engine_invariants_hold_under_random_operations():
     run_state_machine_as_test(
         EngineMachine,
-        settings=settings(max_examples=int(os.environ.get("TOLLGATE_HYPOTHESIS_EXAMPLES", "40")), stateful_step_count=25, deadline=None,
+        settings=settings(max_examples=int(os.environ.get("TOLLGATE_HYPOTHESIS_EXAMPLES", "40")),
+                          stateful_step_count=25, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow],
                           # CI must be repeatable and bounded: no random seed, no long shrink.
                           derandomize=bool(os.environ.get("CI")),
