@@ -81,6 +81,11 @@ class Goal(models.Model):
         super().save(*args, **kwargs)
 
 
+    def get_absolute_url(self) -> str:
+        from django.urls import reverse
+
+        return reverse("goal_detail", args=[self.pk])
+
     @property
     def is_closed(self) -> bool:
         return self.status in CLOSED_GOAL_STATUSES

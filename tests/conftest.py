@@ -45,3 +45,22 @@ def people(db):
         "erin": make_user("erin"),
         "dave": make_user("dave", "managers"),
     }
+
+
+@pytest.fixture
+def consumers(settings, tmp_path):
+    """Start real Huey consumer processes on the test database; each stops at teardown."""
+    from .workflows.consumers import Consumer
+
+    settings.TOLLGATE_DISPATCH = True
+    settings.TOLLGATE_CALLABLES = ["workflows.callables.*", "tests.callables.*"]
+    started: list[Consumer] = []
+
+    def start(**kwargs) -> Consumer:
+        consumer = Consumer(log=tmp_path / "consumer.log", **kwargs)
+        started.append(consumer)
+        return consumer
+
+    yield start
+    for consumer in started:
+        consumer.stop()

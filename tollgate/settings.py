@@ -187,3 +187,4 @@ LOGGING = {
 }
 # Seconds between SIGTERM and SIGKILL when a step's process group is stopped.
 TOLLGATE_KILL_GRACE_SECONDS = float(os.environ.get("TOLLGATE_KILL_GRACE_SECONDS", "5"))
+STATICFILES_DIRS = [BASE_DIR / "static"]

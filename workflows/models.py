@@ -147,6 +147,11 @@ class Run(models.Model):
     def __str__(self) -> str:
         return f"#{self.pk} {self.title or self.spec_name}"
 
+    def get_absolute_url(self) -> str:
+        from django.urls import reverse
+
+        return reverse("run_detail", args=[self.pk])
+
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_RUN_STATUSES

@@ -9,7 +9,7 @@ from .models import OPEN_RUN_STATUSES, Approval, Step, StepStatus
 
 def waiting_gates_for(user) -> QuerySet[Step]:
     """Gates this user may decide now: their group, not yet decided by them, not self-barred."""
-    groups = list(user.groups.values_list("name", flat=True))
+    groups = user.groups.values("name")  # a subquery, not a round trip
     decided = Approval.objects.filter(step=OuterRef("pk"), attempt=OuterRef("attempt"),
                                       user=user)
     return (

@@ -1,10 +1,179 @@
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+"""Pages for runs and the inbox. Thin: reading goes through selectors, writing through the engine.
 
+Every button is a real form post. Without JavaScript it redirects back; with htmx the same view
+answers with the fragment to swap, taken from the page template's partials.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import HttpResponse, HttpResponseForbidden
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from . import engine
+from .models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, WorkflowSpec
+from .permissions import can_cancel, can_decide, can_operate, can_retry
 from .selectors import waiting_gates_for
+
+
+def _dag_order(steps: list) -> list:
+    """Steps in dependency order, keeping spec order among peers."""
+    placed: set[str] = set()
+    ordered = []
+    pending = list(steps)
+    while pending:
+        progress = [s for s in pending if all(d in placed for d in s.depends_on)]
+        if not progress:  # cannot happen for validated specs; show the rest as they are
+            ordered.extend(pending)
+            break
+        for step in progress:
+            placed.add(step.key)
+            ordered.append(step)
+        pending = [s for s in pending if s.key not in placed]
+    return ordered
+
+
+def run_context(request, run_id: int) -> dict:
+    """Everything the run page shows, in a constant number of queries."""
+    run = get_object_or_404(Run.objects.select_related("spec", "goal", "requested_by"), pk=run_id)
+    steps = list(run.steps.order_by("index"))
+    approvals = list(Approval.objects.filter(step__run=run).select_related("user"))
+    checkpoints = list(run.checkpoints.select_related("actor").order_by("seq"))
+    by_step: dict[int, list] = {}
+    for approval in approvals:
+        by_step.setdefault(approval.step_id, []).append(approval)
+    user = request.user
+    decided = {a.step_id for a in approvals
+               if a.user_id == user.pk and a.attempt == next(
+                   s.attempt for s in steps if s.pk == a.step_id)}
+    keys = {s.pk: s.key for s in steps}
+    for step in steps:
+        step.decisions = by_step.get(step.pk, [])
+        step.can_decide = can_decide(user, run, step, decided)
+        step.can_retry = can_retry(user, run, step)
+    for checkpoint in checkpoints:
+        checkpoint.step_key = keys.get(checkpoint.step_id, "")
+    return {
+        "run": run,
+        "steps": _dag_order(steps),
+        "checkpoints": checkpoints,
+        "can_cancel": can_cancel(user, run),
+        "is_open": run.status in OPEN_RUN_STATUSES,
+    }
+
+
+@require_GET
+def run_detail(request, pk: int):
+    template = "workflows/run_detail.html"
+    if request.htmx:
+        # Polling asks with the last checkpoint it has; nothing new means nothing to swap.
+        seen = request.GET.get("seq")
+        if seen and Run.objects.filter(pk=pk, checkpoint_seq=seen).exists():
+            return HttpResponse(status=204)
+        template += "#run-body"
+    return render(request, template, run_context(request, pk))
+
+
+@require_GET
+def run_list(request):
+    runs = Run.objects.select_related("spec", "goal", "requested_by").order_by("-created_at",
+                                                                              "-id")
+    filters = {key: request.GET.get(key, "") for key in ("status", "spec", "goal", "mine")}
+    if filters["status"] in RunStatus.values:
+        runs = runs.filter(status=filters["status"])
+    if filters["spec"]:
+        runs = runs.filter(spec_name=filters["spec"])
+    if filters["goal"].isdigit():
+        runs = runs.filter(goal_id=int(filters["goal"]))
+    if filters["mine"]:
+        runs = runs.filter(pk__in=waiting_gates_for(request.user).values("run_id"))
+    page = Paginator(runs, 25).get_page(request.GET.get("page"))
+    query = "&".join(f"{k}={v}" for k, v in filters.items() if v)
+    return render(request, "workflows/run_list.html", {
+        "page": page, "filters": filters, "query": query, "statuses": RunStatus.choices,
+        "spec_names": WorkflowSpec.objects.order_by("name").values_list("name", flat=True)
+        .distinct(),
+    })
 
 
 @require_GET
 def inbox(request):
-    gates = waiting_gates_for(request.user).select_related("run")
+    gates = list(waiting_gates_for(request.user).select_related("run", "run__goal",
+                                                                 "run__requested_by"))
     return render(request, "workflows/inbox.html", {"gates": gates})
+
+
+def _back(request, run: Run) -> str:
+    target = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure()):
+        return target
+    return run.get_absolute_url()
+
+
+def _respond(request, run_id: int, *, key: str = "",
+             error: engine.WorkflowError | None = None, done: str = ""):
+    """The answer to a button press: a fragment for htmx, a redirect or page otherwise."""
+    status = error.status_code if error else 200
+    message = str(error) if error else done
+    if request.htmx:
+        if request.POST.get("view") == "inbox" and key:
+            gate = (Step.objects.select_related("run", "run__goal", "run__requested_by")
+                    .filter(run_id=run_id, key=key).first())
+            partial = "gate-card" if error else "decided"
+            return render(request, f"workflows/inbox.html#{partial}",
+                          {"gate": gate, "notice": message}, status=status)
+        context = run_context(request, run_id)
+        context.update(notice=message, notice_error=bool(error))
+        return render(request, "workflows/run_detail.html#run-body", context, status=status)
+    if error:
+        context = run_context(request, run_id)
+        context.update(notice=message, notice_error=True)
+        return render(request, "workflows/run_detail.html", context, status=status)
+    messages.success(request, message)
+    return redirect(_back(request, Run.objects.get(pk=run_id)))
+
+
+@require_POST
+def step_action(request, pk: int, key: str, action: str):
+    run = get_object_or_404(Run, pk=pk)
+    comment = request.POST.get("comment", "").strip()
+    try:
+        if action == "approve":
+            engine.approve(run, key, user=request.user, comment=comment)
+            done = f"You approved {key}."
+        elif action == "reject":
+            engine.reject(run, key, user=request.user, comment=comment)
+            done = f"You rejected {key}."
+        elif action in ("retry", "skip"):
+            if not can_operate(request.user):
+                raise engine.NotPermitted(f"{action.title()} needs the operator permission.")
+            if action == "retry":
+                engine.retry_step(run, key, actor=request.user)
+            else:
+                engine.skip_step(run, key, actor=request.user, reason=comment)
+            done = f"{key}: {action} requested."
+        else:
+            return HttpResponse(status=404)
+    except engine.WorkflowError as exc:
+        return _respond(request, run.pk, key=key, error=exc)
+    return _respond(request, run.pk, key=key, done=done)
+
+
+@require_http_methods(["GET", "POST"])
+def run_cancel(request, pk: int):
+    run = get_object_or_404(Run.objects.select_related("spec"), pk=pk)
+    if request.method == "GET":  # the confirmation page for browsers without JavaScript
+        if not can_operate(request.user):
+            return HttpResponseForbidden("Cancelling needs the operator permission.")
+        return render(request, "workflows/run_cancel.html", {"run": run})
+    try:
+        if not can_operate(request.user):
+            raise engine.NotPermitted("Cancelling needs the operator permission.")
+        engine.cancel_run(run, actor=request.user,
+                          reason=request.POST.get("reason", "").strip()[:500])
+    except engine.WorkflowError as exc:
+        return _respond(request, run.pk, error=exc)
+    return _respond(request, run.pk, done="Run cancelled.")

@@ -12,25 +12,9 @@ from workflows import engine
 from workflows.models import Checkpoint, Run, Step
 from workflows.specs import store_spec
 
-from .consumers import Consumer, wait_for
+from .consumers import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.consumer]
-
-
-@pytest.fixture
-def consumers(settings, tmp_path):
-    settings.TOLLGATE_DISPATCH = True
-    settings.TOLLGATE_CALLABLES = ["workflows.callables.*", "tests.callables.*"]
-    started: list[Consumer] = []
-
-    def start(**kwargs) -> Consumer:
-        consumer = Consumer(log=tmp_path / "consumer.log", **kwargs)
-        started.append(consumer)
-        return consumer
-
-    yield start
-    for consumer in started:
-        consumer.stop()
 
 
 def run_status(run: Run) -> str:

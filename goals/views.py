@@ -1,0 +1,66 @@
+"""The goal tree and goal pages; rollups come from one recursive query per page."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_GET
+
+from workflows.models import Run
+
+from .models import Goal, GoalStatus, ancestor_ids
+from .rollup import rollups
+
+
+def _with_rollups(goals: list[Goal]) -> list[Goal]:
+    sums = rollups(g.pk for g in goals)
+    for goal in goals:
+        goal.rollup = sums[goal.pk]
+    return goals
+
+
+@require_GET
+def goal_tree(request):
+    goals = Goal.objects.select_related("owner").order_by("title", "pk")
+    status, owner = request.GET.get("status", ""), request.GET.get("owner", "")
+    filtered = status in GoalStatus.values or owner.isdigit()
+    if status in GoalStatus.values:
+        goals = goals.filter(status=status)
+    if owner.isdigit():
+        goals = goals.filter(owner_id=int(owner))
+    if not filtered:
+        goals = goals.filter(parent__isnull=True)
+    owners = get_user_model().objects.filter(owned_goals__isnull=False).distinct().order_by(
+        "username")
+    return render(request, "goals/goal_tree.html", {
+        "goals": _with_rollups(list(goals[:500])), "filtered": filtered,
+        "statuses": GoalStatus.choices, "owners": owners,
+        "filters": {"status": status, "owner": owner},
+    })
+
+
+@require_GET
+def goal_children(request, pk: int):
+    goal = get_object_or_404(Goal, pk=pk)
+    children = _with_rollups(list(goal.children.select_related("owner").order_by("title", "pk")))
+    return render(request, "goals/goal_tree.html#goal-rows",
+                  {"goals": children, "depth": int(request.GET.get("depth", 1))})
+
+
+@require_GET
+def goal_detail(request, pk: int):
+    goal = get_object_or_404(Goal.objects.select_related("owner", "parent"), pk=pk)
+    chain = ancestor_ids(pk)[1:]
+    ancestors = Goal.objects.in_bulk(chain)
+    children = list(goal.children.select_related("owner").order_by("title", "pk"))
+    sums = rollups([goal.pk, *(c.pk for c in children)])
+    goal.rollup = sums[goal.pk]
+    for child in children:
+        child.rollup = sums[child.pk]
+    runs = list(Run.objects.filter(goal=goal).select_related("spec", "requested_by")
+                .order_by("-created_at", "-id")[:50])
+    return render(request, "goals/goal_detail.html", {
+        "goal": goal,
+        "breadcrumbs": [ancestors[i] for i in reversed(chain) if i in ancestors],
+        "children": children, "runs": runs,
+    })

@@ -1,0 +1,98 @@
+"""An approver's day in a real browser: inbox, approve, watch the run move on; reject needs why."""
+
+from __future__ import annotations
+
+import pytest
+
+from goals.models import Goal
+from workflows import engine
+from workflows.models import Approval, Run
+from workflows.specs import store_spec
+
+from .conftest import login
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+SHIP = {"name": "ship", "description": "Build, sign off, deploy", "steps": [
+    {"key": "build", "title": "Build", "run": {"command": ["true"]}},
+    {"key": "qa", "title": "QA sign-off", "depends_on": ["build"],
+     "approval": {"group": "qa", "required": 1}},
+    {"key": "deploy", "title": "Deploy", "depends_on": ["qa"],
+     "run": {"shell": "echo 'deployed <script>alert(1)</script>'"}},
+]}
+
+
+@pytest.fixture
+def waiting_run(people):
+    store_spec(SHIP)
+    goal = Goal.objects.create(title="Ship 2.0", owner=people["alice"])
+    Goal.objects.create(title="Docs", parent=goal)
+    run = engine.open_run("ship", actor=people["alice"], goal=goal, title="Ship 2.0").run
+    engine.record_transition(run, "build", actor="ci", step_status="completed",
+                             summary="green")
+    return run
+
+
+def test_approver_approves_from_inbox_and_sees_the_run_move_on(page, shoot, waiting_run,
+                                                               consumers):
+    consumers(workers=1)
+    login(page, "bob")
+    page.goto("/")
+    page.wait_for_selector(f"#gate-{waiting_run.steps.get(key='qa').pk}")
+    assert page.inner_text("#inbox-count") == "1"
+    shoot("inbox")
+    page.evaluate("window.__noReload = true")
+    page.fill("input[aria-label='Approval comment']", "Ship it")
+    page.click("button:has-text('Approve')")
+    page.wait_for_selector(".decided >> text=You approved qa")
+    assert page.text_content("#inbox-count") == "0"
+    assert page.evaluate("window.__noReload") is True  # swapped in place, no reload
+    assert Approval.objects.get().comment == "Ship it"
+
+    page.click(f"a[href='/runs/{waiting_run.pk}/']")
+    page.evaluate("window.__noReload = true")
+    # The consumer runs deploy; the page polls and shows it without a reload.
+    page.wait_for_selector("#run-body[data-status=completed]", timeout=30000)
+    assert page.evaluate("window.__noReload") is True
+    assert "deployed <script>" in page.text_content("pre.stdout")  # escaped, shown as text
+    assert page.evaluate("document.querySelectorAll('#run-body script').length") == 0
+    assert Run.objects.get(pk=waiting_run.pk).status == "completed"
+    shoot("run")
+
+
+def test_reject_without_comment_is_refused_in_the_page(page, shoot, waiting_run):
+    login(page, "carol")
+    page.goto(f"/runs/{waiting_run.pk}/")
+    page.click("#step-qa button:has-text('Reject')")
+    assert page.evaluate(
+        "document.querySelector(\"#step-qa input[aria-label='Rejection comment']\")"
+        ".matches(':invalid')")
+    # Past the browser's own check, the server refuses too and says why, in the page.
+    page.evaluate("document.querySelectorAll('#step-qa [required]')"
+                  ".forEach(e => e.removeAttribute('required'))")
+    page.click("#step-qa button:has-text('Reject')")
+    page.wait_for_selector("[role=alert] >> text=A comment is required to reject.")
+    assert not Approval.objects.exists()
+    assert waiting_run.steps.get(key="qa").status == "waiting_approval"
+    shoot("run-reject-refused")
+
+
+def test_every_page_renders_and_is_captured(page, shoot, waiting_run):
+    page.goto("/login/")
+    shoot("login")
+    login(page, "alice")
+    for name, url in [("goals", "/goals/"), ("runs", "/runs/"),
+                      ("goal", f"/goals/{waiting_run.goal_id}/"),
+                      ("run-operator", f"/runs/{waiting_run.pk}/"),
+                      ("cancel-confirm", f"/runs/{waiting_run.pk}/cancel/")]:
+        page.goto(url)
+        shoot(name)
+    page.goto("/goals/")
+    page.click(f"#goal-{waiting_run.goal_id} button.toggle")
+    page.wait_for_selector("text=Docs")
+    shoot("goals-expanded")
+    page.goto(f"/runs/{waiting_run.pk}/")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("text=Cancel run…")
+    page.wait_for_selector("#run-body[data-status=cancelled]")
+    assert Run.objects.get(pk=waiting_run.pk).status == "cancelled"

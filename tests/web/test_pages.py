@@ -1,0 +1,302 @@
+"""Pages, buttons, permissions and stale presses through the Django test client."""
+
+from __future__ import annotations
+
+import pytest
+from django.test.utils import CaptureQueriesContext
+
+from goals.models import Goal
+from workflows import engine
+from workflows.models import Approval, Checkpoint, Run
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+@pytest.fixture
+def waiting(release_spec, people):
+    run = engine.open_run(release_spec, actor=people["alice"], title="Release 1.0").run
+    engine.start_step(run, "build")
+    engine.complete_step(run, "build")
+    return run
+
+
+def as_user(client, user):
+    client.force_login(user)
+    return client
+
+
+class TestLogin:
+    def test_pages_require_login(self, client, waiting):
+        for url in ["/", "/runs/", f"/runs/{waiting.pk}/", "/goals/"]:
+            response = client.get(url)
+            assert response.status_code == 302 and response["Location"].startswith("/login/")
+
+    def test_login_then_inbox(self, client, people):
+        response = client.post("/login/", {"username": "bob", "password": "pw-bob"})
+        assert response.status_code == 302 and response["Location"] == "/"
+
+    def test_logout_is_a_post(self, client, people):
+        as_user(client, people["bob"])
+        assert client.post("/logout/").status_code == 302
+        assert client.get("/").status_code == 302
+
+
+class TestInbox:
+    def test_lists_gates_of_my_groups_with_count(self, client, waiting, people):
+        body = as_user(client, people["bob"]).get("/").content.decode()
+        assert "QA sign-off" in body and 'id="inbox-count">1<' in body
+
+    def test_outsider_and_requester_see_nothing(self, client, waiting, people):
+        for name in ("erin", "alice", "dave"):
+            client.force_login(people[name])
+            assert "Nothing waits on you" in client.get("/").content.decode()
+
+    def test_oldest_first(self, client, release_spec, people, waiting):
+        newer = engine.open_run(release_spec, actor=people["alice"], title="Newer").run
+        engine.start_step(newer, "build")
+        engine.complete_step(newer, "build")
+        body = as_user(client, people["bob"]).get("/").content.decode()
+        assert body.index("Release 1.0") < body.index("Newer")
+
+    def test_approve_from_inbox_with_htmx_swaps_the_card(self, client, waiting, people):
+        as_user(client, people["bob"])
+        response = client.post(f"/runs/{waiting.pk}/steps/qa/approve/",
+                               {"view": "inbox", "comment": "ok"}, **HTMX)
+        body = response.content.decode()
+        assert response.status_code == 200 and "You approved qa" in body
+        assert 'hx-swap-oob="true">0<' in body and "<html" not in body
+
+
+class TestRunPage:
+    def test_shows_steps_timeline_and_buttons_for_approver(self, client, waiting, people):
+        body = as_user(client, people["bob"]).get(f"/runs/{waiting.pk}/").content.decode()
+        assert "Approve</button>" in body and "Reject</button>" in body
+        assert "Retry</button>" not in body and "Cancel run" not in body
+        assert "step completed" in body and 'hx-trigger="every 2s"' in body
+
+    def test_operator_sees_cancel_not_approve(self, client, waiting, people):
+        body = as_user(client, people["alice"]).get(f"/runs/{waiting.pk}/").content.decode()
+        assert "Cancel run" in body and "Approve</button>" not in body
+
+    def test_manager_sees_everything_and_no_buttons(self, client, waiting, people):
+        body = as_user(client, people["dave"]).get(f"/runs/{waiting.pk}/").content.decode()
+        assert "QA sign-off" in body
+        for button in ("Approve</button>", "Reject</button>", "Retry</button>", "Cancel run"):
+            assert button not in body
+
+    def test_retry_button_on_failed_step_for_operator(self, client, release_spec, people):
+        run = engine.open_run(release_spec).run
+        engine.start_step(run, "build")
+        engine.fail_step(run, "build", retryable=False, summary="boom")
+        body = as_user(client, people["alice"]).get(f"/runs/{run.pk}/").content.decode()
+        assert "Retry</button>" in body and "boom" in body
+
+    def test_output_is_escaped(self, client, release_spec, people):
+        run = engine.open_run(release_spec).run
+        engine.start_step(run, "build")
+        engine.complete_step(run, "build", summary="<b>bold</b>",
+                             evidence={"stdout": "<script>alert(1)</script>", "exit_code": 0})
+        body = as_user(client, people["dave"]).get(f"/runs/{run.pk}/").content.decode()
+        assert "<script>alert(1)</script>" not in body
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body and "&lt;b&gt;bold" in body
+
+    def test_poll_without_change_is_204(self, client, waiting, people):
+        as_user(client, people["dave"])
+        waiting.refresh_from_db()
+        url = f"/runs/{waiting.pk}/?seq={waiting.checkpoint_seq}"
+        assert client.get(url, **HTMX).status_code == 204
+        engine.approve(waiting, "qa", user=people["bob"])
+        response = client.get(url, **HTMX)
+        assert response.status_code == 200 and '<div id="run-body"' in response.content.decode()
+
+    def test_closed_run_stops_polling(self, client, waiting, people):
+        engine.cancel_run(waiting)
+        body = as_user(client, people["dave"]).get(f"/runs/{waiting.pk}/").content.decode()
+        assert "hx-trigger" not in body
+
+    def test_unknown_run_is_404(self, client, people):
+        assert as_user(client, people["dave"]).get("/runs/999/").status_code == 404
+
+
+class TestButtons:
+    def test_approve_without_htmx_redirects_back(self, client, waiting, people):
+        as_user(client, people["bob"])
+        response = client.post(f"/runs/{waiting.pk}/steps/qa/approve/", {"next": "/"})
+        assert response.status_code == 302 and response["Location"] == "/"
+        assert Approval.objects.count() == 1
+
+    def test_unsafe_next_is_ignored(self, client, waiting, people):
+        as_user(client, people["bob"])
+        response = client.post(f"/runs/{waiting.pk}/steps/qa/approve/",
+                               {"next": "https://evil.example/"})
+        assert response["Location"] == f"/runs/{waiting.pk}/"
+
+    def test_double_click_records_one_decision(self, client, waiting, people):
+        as_user(client, people["bob"])
+        url = f"/runs/{waiting.pk}/steps/qa/approve/"
+        assert client.post(url, **HTMX).status_code == 200
+        second = client.post(url, **HTMX)
+        assert second.status_code == 409 and "already decided" in second.content.decode()
+        assert Approval.objects.count() == 1
+
+    def test_forbidden_press_is_403_with_message(self, client, waiting, people):
+        as_user(client, people["erin"])
+        response = client.post(f"/runs/{waiting.pk}/steps/qa/approve/")
+        assert response.status_code == 403
+        assert "not in the &#x27;qa&#x27; group" in response.content.decode()
+        assert not Approval.objects.exists()
+
+    def test_requester_cannot_approve_own_run(self, client, release_spec, people):
+        run = engine.open_run(release_spec, actor=people["bob"]).run
+        engine.start_step(run, "build")
+        engine.complete_step(run, "build")
+        response = as_user(client, people["bob"]).post(f"/runs/{run.pk}/steps/qa/approve/")
+        assert response.status_code == 403 and "cannot decide" in response.content.decode()
+
+    def test_stale_press_is_409(self, client, waiting, people):
+        engine.cancel_run(waiting)
+        response = as_user(client, people["bob"]).post(f"/runs/{waiting.pk}/steps/qa/approve/",
+                                                       **HTMX)
+        assert response.status_code == 409 and "is cancelled" in response.content.decode()
+
+    def test_reject_needs_comment(self, client, waiting, people):
+        as_user(client, people["bob"])
+        response = client.post(f"/runs/{waiting.pk}/steps/qa/reject/", {"comment": " "})
+        assert response.status_code == 400
+        assert "A comment is required to reject." in response.content.decode()
+        response = client.post(f"/runs/{waiting.pk}/steps/qa/reject/", {"comment": "broken"})
+        assert response.status_code == 302
+        assert Run.objects.get(pk=waiting.pk).status == "failed"
+
+    def test_retry_and_cancel_need_operator(self, client, waiting, people):
+        as_user(client, people["bob"])
+        assert client.post(f"/runs/{waiting.pk}/cancel/").status_code == 403
+        assert client.get(f"/runs/{waiting.pk}/cancel/").status_code == 403
+        assert client.post(f"/runs/{waiting.pk}/steps/build/retry/").status_code == 403
+        assert Run.objects.get(pk=waiting.pk).status == "waiting_approval"
+
+    def test_operator_cancels_after_confirming(self, client, waiting, people):
+        as_user(client, people["alice"])
+        confirm = client.get(f"/runs/{waiting.pk}/cancel/").content.decode()
+        assert "Yes, cancel the run" in confirm
+        response = client.post(f"/runs/{waiting.pk}/cancel/", {"reason": "wrong branch"})
+        assert response.status_code == 302
+        assert Run.objects.get(pk=waiting.pk).status == "cancelled"
+        assert Checkpoint.objects.filter(run=waiting).last().actor == people["alice"]
+
+    def test_operator_retries_failed_step(self, client, release_spec, people):
+        run = engine.open_run(release_spec).run
+        engine.start_step(run, "build")
+        engine.fail_step(run, "build", retryable=False)
+        response = as_user(client, people["alice"]).post(
+            f"/runs/{run.pk}/steps/build/retry/", **HTMX)
+        assert response.status_code == 200 and "build: retry requested" in response.content.decode()
+        assert run.steps.get(key="build").status == "pending"
+
+    def test_csrf_is_enforced(self, waiting, people):
+        from django.test import Client
+
+        client = Client(enforce_csrf_checks=True)
+        client.force_login(people["bob"])
+        assert client.post(f"/runs/{waiting.pk}/steps/qa/approve/").status_code == 403
+        assert not Approval.objects.exists()
+
+    def test_get_on_action_is_refused(self, client, waiting, people):
+        as_user(client, people["bob"])
+        assert client.get(f"/runs/{waiting.pk}/steps/qa/approve/").status_code == 405
+
+
+class TestRunList:
+    def test_filters_and_pagination(self, client, release_spec, people, waiting):
+        for i in range(30):
+            engine.open_run(release_spec, title=f"Bulk {i}")
+        as_user(client, people["bob"])
+        page1 = client.get("/runs/").content.decode()
+        assert "Page 1 of 2" in page1 and "31 runs" in page1
+        assert "1 run" in client.get("/runs/?status=waiting_approval").content.decode()
+        mine = client.get("/runs/?mine=1").content.decode()
+        assert "Release 1.0" in mine and "Bulk" not in mine
+        assert "No runs match" in client.get("/runs/?spec=nope").content.decode()
+
+
+class TestGoals:
+    def test_tree_lazy_children_and_detail(self, client, people, release_spec):
+        root = Goal.objects.create(title="Company", owner=people["alice"])
+        child = Goal.objects.create(title="Team", parent=root)
+        engine.open_run(release_spec, goal=child)
+        as_user(client, people["dave"])
+        tree = client.get("/goals/").content.decode()
+        assert "Company" in tree and "Team" not in tree and "1 open" in tree
+        children = client.get(f"/goals/{root.pk}/children/?depth=1", **HTMX).content.decode()
+        assert "Team" in children and "<html" not in children
+        detail = client.get(f"/goals/{child.pk}/").content.decode()
+        assert "Company" in detail and "Build, get QA sign-off" in detail
+
+    def test_filter_by_status_and_owner(self, client, people):
+        root = Goal.objects.create(title="Company")
+        Goal.objects.create(title="Stuck thing", parent=root, status="blocked",
+                            blocker_reason="legal", owner=people["bob"])
+        as_user(client, people["dave"])
+        body = client.get("/goals/?status=blocked").content.decode()
+        assert "Stuck thing" in body and "legal" in body and "Company</a>" not in body
+        body = client.get(f"/goals/?owner={people['bob'].pk}").content.decode()
+        assert "Stuck thing" in body
+
+
+def count_queries(client, url) -> int:
+    from django.db import connection
+
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(url).status_code == 200
+    return len(queries)
+
+
+class TestQueryCounts:
+    def test_goal_pages_are_constant_in_goal_count(self, client, people, release_spec):
+        as_user(client, people["dave"])
+
+        def grow(n):
+            for i in range(n):
+                root = Goal.objects.create(title=f"Root {i}", owner=people["alice"])
+                for j in range(3):
+                    child = Goal.objects.create(title=f"Child {i}.{j}", parent=root)
+                    engine.open_run(release_spec, goal=child)
+            return root
+
+        root = grow(2)
+        small = [count_queries(client, u) for u in
+                 ("/goals/", f"/goals/{root.pk}/", f"/goals/{root.pk}/children/")]
+        root = grow(40)
+        big = [count_queries(client, u) for u in
+               ("/goals/", f"/goals/{root.pk}/", f"/goals/{root.pk}/children/")]
+        assert small == big
+
+    def test_run_page_is_constant_in_checkpoint_count(self, client, release_spec, people):
+        as_user(client, people["bob"])
+        run = engine.open_run(release_spec, actor=people["alice"]).run
+        engine.record_transition(run, "build", step_status="running")
+        small = count_queries(client, f"/runs/{run.pk}/")
+        for i in range(150):
+            engine.record_transition(run, "build", summary=f"progress {i}")
+        big = count_queries(client, f"/runs/{run.pk}/")
+        assert small == big
+        assert Checkpoint.objects.filter(run=run).count() == 152
+
+    def test_pinned_counts(self, client, waiting, people, django_assert_num_queries):
+        as_user(client, people["bob"])
+        # session, user, run, steps, approvals, checkpoints, groups, two permission
+        # lookups (user and group permissions) and the inbox count
+        with django_assert_num_queries(10):
+            client.get(f"/runs/{waiting.pk}/")
+        with django_assert_num_queries(4):  # session, user, gates, inbox count
+            client.get("/")
+
+    def test_run_list_is_constant(self, client, release_spec, people):
+        as_user(client, people["bob"])
+        engine.open_run(release_spec)
+        small = count_queries(client, "/runs/")
+        for _ in range(20):
+            engine.open_run(release_spec)
+        assert count_queries(client, "/runs/") == small
