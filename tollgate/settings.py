@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "huey.contrib.djhuey",
+    "ninja",
     "goals",
     "workflows",
 ]

@@ -4,7 +4,7 @@ from django import forms
 from django.contrib import admin, messages
 
 from . import engine
-from .models import Approval, Checkpoint, Run, SpecStatus, Step, WorkflowSpec
+from .models import ApiToken, Approval, Checkpoint, Run, Schedule, SpecStatus, Step, WorkflowSpec
 from .specs import SpecError, store_spec, validate_spec
 
 
@@ -128,3 +128,46 @@ class ApprovalAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+@admin.action(description="Revoke selected tokens")
+def revoke_tokens(modeladmin, request, queryset):
+    from django.utils import timezone
+
+    count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+    modeladmin.message_user(request, f"{count} token(s) revoked.")
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["name", "user", "prefix", "created_at", "last_used_at", "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
+    list_select_related = ["user"]
+    search_fields = ["name", "user__username", "prefix"]
+    autocomplete_fields = ["user"]
+    actions = [revoke_tokens]
+
+    def get_fields(self, request, obj=None):
+        return ["user", "name"] if obj is None else ["user", "name", "prefix", "created_at",
+                                                      "last_used_at", "revoked_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [] if obj is None else ["user", "prefix", "created_at", "last_used_at"]
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            return super().save_model(request, obj, form, change)
+        token, raw = ApiToken.objects.issue(obj.user, obj.name)
+        obj.pk = token.pk
+        self.message_user(request, f"New token for {obj.user}: {raw} (shown once; it is "
+                                   "stored hashed).", messages.WARNING)
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(admin.ModelAdmin):
+    list_display = ["name", "spec_name", "cron", "interval_seconds", "timezone", "enabled",
+                    "next_run_at", "missed_count", "skipped_count"]
+    list_filter = ["enabled", "overlap", "missed"]
+    search_fields = ["name", "spec_name"]
+    autocomplete_fields = ["goal"]
+    readonly_fields = ["missed_count", "skipped_count", "last_run"]

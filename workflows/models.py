@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.timezone import now
 
 from goals.models import Priority
 
@@ -301,3 +302,116 @@ class Checkpoint(models.Model):
 
     def delete(self, *args, **kwargs):
         raise TypeError("Checkpoints are append-only.")
+
+
+class ApiTokenManager(models.Manager):
+    def issue(self, user, name: str = "") -> tuple[ApiToken, str]:
+        """Create a token; the raw value is returned once and only its hash is kept."""
+        import secrets
+
+        raw = "tg_" + secrets.token_urlsafe(32)
+        token = self.create(user=user, name=name or "API token", prefix=raw[:10],
+                            key_hash=ApiToken.hash(raw))
+        return token, raw
+
+
+class ApiToken(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=12, editable=False)
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenManager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @staticmethod
+    def hash(raw: str) -> str:
+        import hashlib
+
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class OverlapPolicy(models.TextChoices):
+    SKIP = "skip", "Skip while the previous run is open"
+    ALLOW = "allow", "Allow overlapping runs"
+
+
+class MissedPolicy(models.TextChoices):
+    RUN_ONCE = "run_once", "Run once for all missed slots"
+    SKIP = "skip", "Skip missed slots"
+
+
+class Schedule(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    spec_name = models.SlugField(max_length=100, help_text="Runs start the spec's active version.")
+    goal = models.ForeignKey("goals.Goal", null=True, blank=True, on_delete=models.SET_NULL)
+    cron = models.CharField(max_length=100, blank=True, help_text="e.g. '0 2 * * 1-5'")
+    interval_seconds = models.PositiveIntegerField(null=True, blank=True)
+    timezone = models.CharField(max_length=64, default="UTC")
+    enabled = models.BooleanField(default=True)
+    overlap = models.CharField(max_length=8, choices=OverlapPolicy, default=OverlapPolicy.SKIP)
+    missed = models.CharField(max_length=8, choices=MissedPolicy, default=MissedPolicy.RUN_ONCE)
+    shared_state = models.JSONField(default=dict, blank=True)
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    missed_count = models.PositiveIntegerField(default=0, editable=False)
+    skipped_count = models.PositiveIntegerField(default=0, editable=False)
+    last_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="+", editable=False)
+    created_at = models.DateTimeField(default=now)
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [models.Index(fields=["next_run_at"], condition=Q(enabled=True),
+                                name="schedule_due_idx")]
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(cron="") & Q(interval_seconds__gte=1))
+                | (~Q(cron="") & Q(interval_seconds__isnull=True)),
+                name="schedule_cron_xor_interval",
+                violation_error_message="Give a cron expression or an interval, not both.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from .schedules import ScheduleError, validate_schedule
+
+        try:
+            validate_schedule(self)
+        except ScheduleError as exc:
+            raise ValidationError(str(exc)) from None
+
+
+class ScheduleFire(models.Model):
+    """One started slot: the database refuses to start a slot twice."""
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="fires")
+    slot_at = models.DateTimeField()
+    run = models.ForeignKey(Run, null=True, on_delete=models.SET_NULL, related_name="+")
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-slot_at"]
+        constraints = [models.UniqueConstraint(fields=["schedule", "slot_at"],
+                                               name="schedule_slot_once")]
+
+    def __str__(self) -> str:
+        return f"{self.schedule_id} @ {self.slot_at:%Y-%m-%d %H:%M}"

@@ -31,3 +31,11 @@ def compensate_run(run_id: int) -> list[str]:
 def sweep() -> dict:
     report = sweeper.sweep()
     return {"expired": report.expired, "rerung": report.rerung}
+
+
+@db_periodic_task(every_tick)
+def start_scheduled_runs() -> dict:
+    from . import schedules
+
+    report = schedules.tick()
+    return {"started": report.started, "skipped": report.skipped, "missed": report.missed}

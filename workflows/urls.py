@@ -5,6 +5,8 @@ from . import views
 urlpatterns = [
     path("", views.inbox, name="inbox"),
     path("runs/", views.run_list, name="run_list"),
+    path("profile/", views.profile, name="profile"),
+    path("profile/tokens/<int:pk>/revoke/", views.token_revoke, name="token_revoke"),
     path("runs/<int:pk>/", views.run_detail, name="run_detail"),
     path("runs/<int:pk>/cancel/", views.run_cancel, name="run_cancel"),
     path("runs/<int:pk>/steps/<str:key>/<str:action>/", views.step_action, name="step_action"),

@@ -177,3 +177,30 @@ def run_cancel(request, pk: int):
     except engine.WorkflowError as exc:
         return _respond(request, run.pk, error=exc)
     return _respond(request, run.pk, done="Run cancelled.")
+
+
+@require_http_methods(["GET", "POST"])
+def profile(request):
+    """Your API tokens: create one (shown once) or revoke one."""
+    from .models import ApiToken
+
+    new_token = None
+    if request.method == "POST":
+        name = request.POST.get("name", "").strip()[:100] or "API token"
+        _, new_token = ApiToken.objects.issue(request.user, name)
+    tokens = ApiToken.objects.filter(user=request.user)
+    return render(request, "workflows/profile.html", {"tokens": tokens, "new_token": new_token})
+
+
+@require_POST
+def token_revoke(request, pk: int):
+    from django.utils import timezone
+
+    from .models import ApiToken
+
+    token = get_object_or_404(ApiToken, pk=pk, user=request.user)
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+        messages.success(request, f"Token {token} revoked.")
+    return redirect("profile")

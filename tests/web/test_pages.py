@@ -300,3 +300,26 @@ class TestQueryCounts:
         for _ in range(20):
             engine.open_run(release_spec)
         assert count_queries(client, "/runs/") == small
+
+
+class TestProfileTokens:
+    def test_create_shows_once_and_revoke(self, client, people):
+        from workflows.models import ApiToken
+
+        as_user(client, people["bob"])
+        body = client.post("/profile/", {"name": "laptop"}).content.decode()
+        token = ApiToken.objects.get(user=people["bob"])
+        assert "tg_" in body and token.name == "laptop"
+        assert "tg_" not in client.get("/profile/").content.decode().replace(token.prefix, "")
+        client.post(f"/profile/tokens/{token.pk}/revoke/")
+        token.refresh_from_db()
+        assert token.revoked_at is not None
+
+    def test_cannot_revoke_someone_elses_token(self, client, people):
+        from workflows.models import ApiToken
+
+        token, _ = ApiToken.objects.issue(people["alice"])
+        as_user(client, people["bob"])
+        assert client.post(f"/profile/tokens/{token.pk}/revoke/").status_code == 404
+        token.refresh_from_db()
+        assert token.revoked_at is None

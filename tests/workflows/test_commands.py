@@ -79,3 +79,40 @@ def test_demo_is_idempotent_and_covers_every_run_state():
     assert Run.objects.count() == counts
     assert set(Run.objects.values_list("status", flat=True)) == {
         "open", "running", "blocked", "waiting_approval", "failed", "completed", "cancelled"}
+
+
+def test_create_token_prints_a_working_token(people):
+    from django.test import Client
+
+    out, _ = call("create_token", "bob", "--name", "ci")
+    token = out.strip()
+    assert token.startswith("tg_")
+    assert Client(HTTP_AUTHORIZATION=f"Bearer {token}").get("/api/runs").status_code == 200
+    with pytest.raises(CommandError, match="No user named 'ghost'"):
+        call("create_token", "ghost")
+
+
+def test_runs_lists_with_filters(release_spec):
+    from workflows import engine
+
+    run = engine.open_run(release_spec, title="Listed").run
+    out, _ = call("runs", "--status", "open")
+    assert f"{run.pk:>6}  open" in out
+    assert "(no runs)" in call("runs", "--status", "failed")[0]
+    with pytest.raises(CommandError, match="No spec named 'nope'"):
+        call("runs", "--spec", "nope")
+    with pytest.raises(CommandError, match="Goal 42 does not exist"):
+        call("runs", "--goal", "42")
+
+
+def test_resume_says_where_a_run_stands(release_spec):
+    from workflows import engine
+
+    run = engine.open_run(release_spec).run
+    out, _ = call("resume", str(run.pk))
+    assert out == "ready: Build is ready to start.\nnext step: build\n"
+    assert json.loads(call("resume", str(run.pk), "--json")[0])["can_resume"] is True
+    with pytest.raises(CommandError, match="Run 999 does not exist"):
+        call("resume", "999")
+    with pytest.raises(CommandError, match="Run abc does not exist"):
+        call("resume", "abc")

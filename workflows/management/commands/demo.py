@@ -36,12 +36,13 @@ class Command(BaseCommand):
             self.stdout.write(f"  {name:<6} / {PASSWORD}   {role}")
 
     def _users(self) -> dict[str, User]:
-        operate = Permission.objects.get(codename="operate_run",
-                                         content_type__app_label="workflows")
+        operate = Permission.objects.filter(
+            codename__in=["operate_run", "add_run", "add_workflowspec"],
+            content_type__app_label="workflows")
         groups = {}
         for name in ["qa", "release-managers", "operators", "managers"]:
             groups[name], _ = Group.objects.get_or_create(name=name)
-        groups["operators"].permissions.add(operate)
+        groups["operators"].permissions.add(*operate)
         users = {}
         for name, (member_of, staff, superuser, _) in USERS.items():
             user, created = User.objects.get_or_create(

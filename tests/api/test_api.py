@@ -1,0 +1,249 @@
+"""Every endpoint's happy path and each error status."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from goals.models import Goal
+from workflows import engine
+from workflows.models import ApiToken, Run
+
+from ..conftest import RELEASE
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def run(api, release_spec):
+    response = api["alice"].post("/api/runs", {"spec": "release", "title": "R1"})
+    assert response.status_code == 201
+    return Run.objects.get(pk=response.json()["id"])
+
+
+def gate_open(run):
+    engine.record_transition(run, "build", actor="ci", step_status="completed")
+
+
+class TestAuth:
+    def test_no_credentials_is_401(self, db):
+        response = Client().get("/api/runs")
+        assert response.status_code == 401 and "error" in response.json()
+
+    def test_wrong_token_is_401(self, db):
+        client = Client(HTTP_AUTHORIZATION="Bearer tg_not-a-token")
+        assert client.get("/api/runs").status_code == 401
+
+    def test_revoked_token_is_401(self, api):
+        ApiToken.objects.filter(user=api["bob"].user).update(revoked_at=timezone.now())
+        assert api["bob"].get("/api/runs").status_code == 401
+
+    def test_token_records_last_use_and_is_stored_hashed(self, api):
+        assert api["bob"].get("/api/runs").status_code == 200
+        token = ApiToken.objects.get(user=api["bob"].user)
+        assert token.last_used_at is not None
+        assert api["bob"].token not in (token.key_hash, token.prefix)
+
+    def test_session_works_with_csrf(self, people, release_spec):
+        client = Client(enforce_csrf_checks=True)
+        client.force_login(people["dave"])
+        assert client.get("/api/runs").status_code == 200
+        assert client.post("/api/runs", {"spec": "release"},
+                           content_type="application/json").status_code in (401, 403)
+
+    def test_token_acts_with_its_users_permissions_only(self, api, run):
+        gate_open(run)
+        response = api["erin"].post(f"/api/runs/{run.pk}/steps/qa/approve")
+        assert response.status_code == 403 and "not in the 'qa' group" in response.json()["error"]
+        assert api["bob"].post("/api/runs", {"spec": "release"}).status_code == 403
+
+    def test_other_users_run_cannot_be_reported_on(self, api, run):
+        response = api["bob"].post(f"/api/runs/{run.pk}/transition",
+                                   {"step": "build", "step_status": "running"})
+        assert response.status_code == 403
+        assert run.steps.get(key="build").status == "pending"
+
+
+class TestSpecs:
+    def test_create_and_new_version(self, api):
+        assert api["alice"].post("/api/specs", RELEASE).json() == {"name": "release",
+                                                                   "version": 1}
+        changed = {**RELEASE, "description": "v2"}
+        response = api["alice"].post("/api/specs", changed)
+        assert response.status_code == 201 and response.json()["version"] == 2
+
+    def test_invalid_spec_is_400_naming_the_step(self, api):
+        bad = {"name": "x", "steps": [{"key": "a", "run": {"command": "ls"}}]}
+        response = api["alice"].post("/api/specs", bad)
+        assert response.status_code == 400
+        assert response.json()["error"].startswith("step 'a' run: command must be a list")
+
+    def test_needs_permission(self, api):
+        assert api["bob"].post("/api/specs", RELEASE).status_code == 403
+
+
+class TestGoals:
+    def test_create_get_list_patch(self, api):
+        response = api["alice"].post("/api/goals", {"title": "Ship", "owner": "alice",
+                                                    "priority": "high"})
+        assert response.status_code == 201
+        goal = response.json()
+        assert goal["owner"] == "alice" and goal["rollup"]["runs_open"] == 0
+        child = api["alice"].post("/api/goals", {"title": "Child", "parent": goal["id"]}).json()
+        assert api["bob"].get(f"/api/goals/{goal['id']}").json()["rollup"]["child_goals"] == 1
+        roots = api["bob"].get("/api/goals", parent=0).json()
+        assert [g["title"] for g in roots] == ["Ship"]
+        patched = api["alice"].patch(f"/api/goals/{child['id']}",
+                                     {"status": "blocked", "blocker_reason": "legal"})
+        assert patched.status_code == 200 and patched.json()["blocker_reason"] == "legal"
+        closed = api["alice"].patch(f"/api/goals/{child['id']}", {"status": "completed"})
+        assert closed.json()["closed_at"] is not None and closed.json()["blocker_reason"] == ""
+
+    def test_cycle_is_400(self, api):
+        root = Goal.objects.create(title="Root")
+        child = Goal.objects.create(title="Child", parent=root)
+        response = api["alice"].patch(f"/api/goals/{root.pk}", {"parent": child.pk})
+        assert response.status_code == 400 and "own ancestor" in response.json()["error"]
+
+    def test_blocked_without_reason_is_400(self, api):
+        response = api["alice"].post("/api/goals", {"title": "X", "status": "blocked"})
+        assert response.status_code == 400 and "blocker reason" in response.json()["error"]
+        assert not Goal.objects.exists()
+
+    def test_bad_values(self, api):
+        assert api["alice"].post("/api/goals", {"title": ""}).status_code == 400
+        assert api["alice"].post("/api/goals", {"title": "x", "status": "nope"}).status_code == 400
+        assert api["alice"].post("/api/goals", {"title": "x", "owner": "ghost"}).status_code == 400
+        assert api["alice"].post("/api/goals", {"title": "x", "parent": 999}).status_code == 400
+        assert api["bob"].get("/api/goals/999").status_code == 404
+        assert api["bob"].post("/api/goals", {"title": "x"}).status_code == 403
+
+
+class TestRuns:
+    def test_start_returns_run_with_steps(self, api, release_spec):
+        goal = Goal.objects.create(title="G")
+        response = api["alice"].post("/api/runs", {"spec": "release", "goal": goal.pk,
+                                                   "shared_state": {"branch": "main"}})
+        body = response.json()
+        assert response.status_code == 201 and body["reused_existing"] is False
+        assert body["goal"] == goal.pk and body["requested_by"] == "alice"
+        assert [s["key"] for s in body["steps"]] == ["build", "qa", "deploy", "notify"]
+
+    def test_idempotent_start(self, api, release_spec):
+        first = api["alice"].post("/api/runs", {"spec": "release", "idempotency_key": "k"})
+        again = api["alice"].post("/api/runs", {"spec": "release", "idempotency_key": "k"})
+        assert again.status_code == 200 and again.json()["reused_existing"] is True
+        assert again.json()["id"] == first.json()["id"]
+
+    @pytest.mark.parametrize(("body", "status", "message"), [
+        ({"spec": "nope"}, 404, "No active spec named 'nope'"),
+        ({"spec": "release", "goal": 999}, 404, "Goal 999 does not exist"),
+        ({"spec": "release", "shared_state": [1]}, 400, "shared_state"),
+        ({}, 400, "spec"),
+        ({"spec": "release\u0000"}, 400, "NUL"),
+    ])
+    def test_start_errors(self, api, release_spec, body, status, message):
+        response = api["alice"].post("/api/runs", body)
+        assert response.status_code == status and message in response.json()["error"]
+        assert not Run.objects.exists()
+
+    def test_closed_goal_is_409(self, api, release_spec):
+        goal = Goal.objects.create(title="Done", status="completed")
+        response = api["alice"].post("/api/runs", {"spec": "release", "goal": goal.pk})
+        assert response.status_code == 409
+
+    def test_list_with_filters(self, api, run, release_spec):
+        engine.cancel_run(run)
+        api["alice"].post("/api/runs", {"spec": "release"})
+        body = api["bob"].get("/api/runs", status="cancelled").json()
+        assert body["count"] == 1 and body["results"][0]["id"] == run.pk
+        assert api["bob"].get("/api/runs", spec="release").json()["count"] == 2
+        assert api["bob"].get("/api/runs", status="nope").status_code == 400
+        assert api["bob"].get("/api/runs", goal=123).json()["count"] == 0
+
+    def test_detail_timeline_and_resume(self, api, run):
+        detail = api["bob"].get(f"/api/runs/{run.pk}").json()
+        assert detail["status"] == "open" and len(detail["steps"]) == 4
+        timeline = api["bob"].get(f"/api/runs/{run.pk}/timeline").json()
+        assert timeline[0]["seq"] == 1 and timeline[0]["kind"] == "run_opened"
+        assert set(timeline[0]) == {"seq", "kind", "step", "actor", "at", "summary",
+                                    "run_status", "step_status", "evidence", "state_patch"}
+        resume = api["bob"].get(f"/api/runs/{run.pk}/resume").json()
+        assert resume == {"resume_state": "ready", "can_resume": True, "next_step": "build",
+                          "message": "Build is ready to start."}
+        assert api["bob"].get("/api/runs/999").status_code == 404
+        assert api["bob"].get("/api/runs/999/timeline").status_code == 404
+        assert api["bob"].get("/api/runs/999/resume").status_code == 404
+
+
+class TestTransition:
+    def test_agent_performs_a_step_without_a_worker(self, api, run):
+        agent = api["alice"]
+        url = f"/api/runs/{run.pk}/transition"
+        assert agent.post(url, {"step": "build", "step_status": "running",
+                                "summary": "compiling"}).status_code == 200
+        response = agent.post(url, {"step": "build", "step_status": "completed",
+                                    "evidence": {"log": "ok"}, "state_patch": {"sha": "abc"}})
+        body = response.json()
+        assert body["checkpoint"]["kind"] == "transition" and body["checkpoint"]["step"] == "build"
+        assert body["run"]["status"] == "waiting_approval"
+        assert body["run"]["shared_state"] == {"sha": "abc"}
+        assert agent.get(f"/api/runs/{run.pk}/resume").json()["resume_state"] == \
+            "waiting_approval"
+
+    def test_errors(self, api, run):
+        url = f"/api/runs/{run.pk}/transition"
+        agent = api["alice"]
+        assert agent.post(url, {"step": "nope", "step_status": "running"}).status_code == 404
+        assert agent.post(url, {"step": "build", "step_status": "done"}).status_code == 400
+        assert agent.post(url, {"step": "deploy", "step_status": "running"}).status_code == 409
+        assert agent.post(url, {"step": "qa", "step_status": "completed"}).status_code == 409
+        assert agent.post(url, {"step": "build", "state_patch": "x"}).status_code == 400
+        assert api["alice"].post("/api/runs/999/transition", {"step": "a"}).status_code == 404
+
+
+class TestDecisionsAndControl:
+    def test_approve_reject_retry_cancel(self, api, run):
+        gate_open(run)
+        response = api["bob"].post(f"/api/runs/{run.pk}/steps/qa/approve", {"comment": "ok"})
+        assert response.status_code == 200
+        assert api["bob"].post(f"/api/runs/{run.pk}/steps/qa/approve").status_code == 409
+        rejected = api["carol"].post(f"/api/runs/{run.pk}/steps/qa/reject", {"comment": "no"})
+        assert rejected.status_code == 200 and rejected.json()["status"] == "failed"
+        assert api["bob"].post(f"/api/runs/{run.pk}/steps/qa/retry").status_code == 403
+        retried = api["alice"].post(f"/api/runs/{run.pk}/steps/qa/retry")
+        assert retried.status_code == 200 and retried.json()["status"] == "waiting_approval"
+        cancelled = api["alice"].post(f"/api/runs/{run.pk}/cancel", {"reason": "done"})
+        assert cancelled.json()["status"] == "cancelled"
+        assert api["alice"].post(f"/api/runs/{run.pk}/cancel").status_code == 200  # idempotent
+        assert api["bob"].post(f"/api/runs/{run.pk}/steps/qa/approve").status_code == 409
+
+    def test_reject_needs_comment(self, api, run):
+        gate_open(run)
+        response = api["bob"].post(f"/api/runs/{run.pk}/steps/qa/reject", {"comment": ""})
+        assert response.status_code == 400 and "comment" in response.json()["error"]
+
+    def test_cancel_needs_operator(self, api, run):
+        assert api["bob"].post(f"/api/runs/{run.pk}/cancel").status_code == 403
+
+    def test_unknown_step_is_404(self, api, run):
+        assert api["bob"].post(f"/api/runs/{run.pk}/steps/zzz/approve").status_code == 404
+
+    def test_malformed_json_is_400(self, api, run):
+        response = api["alice"].client.post(f"/api/runs/{run.pk}/cancel", "{nope",
+                                            content_type="application/json")
+        assert response.status_code == 400 and "error" in json.loads(response.content)
+
+
+def test_openapi_document(api):
+    doc = api["bob"].get("/api/openapi.json").json()
+    paths = doc["paths"]
+    for path in ["/api/specs", "/api/goals", "/api/goals/{goal_id}", "/api/runs",
+                 "/api/runs/{run_id}", "/api/runs/{run_id}/timeline",
+                 "/api/runs/{run_id}/resume", "/api/runs/{run_id}/transition",
+                 "/api/runs/{run_id}/cancel", "/api/runs/{run_id}/steps/{key}/approve",
+                 "/api/runs/{run_id}/steps/{key}/reject", "/api/runs/{run_id}/steps/{key}/retry"]:
+        assert path in paths, path

@@ -1,0 +1,117 @@
+"""Schedules: cron and interval slots, missed-slot policies, overlap, and no slot twice."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from workflows import engine, schedules
+from workflows.models import Run, Schedule, ScheduleFire
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+def schedule(**fields) -> Schedule:
+    defaults = {"name": "nightly", "spec_name": "release", "cron": "0 2 * * *"}
+    defaults.update(fields)
+    item = Schedule(**defaults)
+    item.full_clean()
+    item.save()
+    return item
+
+
+def test_cron_slots_follow_the_timezone(release_spec):
+    item = schedule(cron="0 2 * * *", timezone="Europe/Paris")
+    assert schedules.next_slot(item, T0) == datetime(2026, 12, 2, 1, 0, tzinfo=UTC)
+
+
+def test_interval_slots(release_spec):
+    item = schedule(cron="", interval_seconds=600, next_run_at=T0)
+    assert schedules.next_slot(item, T0) == T0 + timedelta(minutes=10)
+    assert schedules.next_slot(item, T0 + timedelta(minutes=25)) == T0 + timedelta(minutes=30)
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"cron": "not a cron"}, "not a valid cron expression"),
+    ({"cron": "", "interval_seconds": None}, "cron expression or an interval"),
+    ({"cron": "* * * * *", "interval_seconds": 60}, "cron expression or an interval"),
+    ({"timezone": "Mars/Olympus"}, "Unknown timezone"),
+])
+def test_invalid_schedules_are_refused(release_spec, fields, message):
+    with pytest.raises(ValidationError, match=message):
+        schedule(**fields)
+
+
+def test_due_schedule_starts_one_run_and_advances(release_spec):
+    item = schedule(next_run_at=T0)
+    report = schedules.tick(T0 + timedelta(seconds=5))
+    assert len(report.started) == 1
+    run = Run.objects.get()
+    assert run.idempotency_key == f"schedule:{item.pk}:{T0.isoformat()}"
+    assert run.shared_state["scheduled_for"] == T0.isoformat()
+    item.refresh_from_db()
+    assert item.next_run_at == datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
+    assert schedules.tick(T0 + timedelta(seconds=6)).started == []
+
+
+def test_missed_slots_run_once_and_are_counted(release_spec):
+    item = schedule(cron="", interval_seconds=3600, next_run_at=T0)
+    report = schedules.tick(T0 + timedelta(hours=5, minutes=1))
+    assert len(report.started) == 1 and report.missed == 5
+    item.refresh_from_db()
+    assert item.missed_count == 5 and item.next_run_at == T0 + timedelta(hours=6)
+    assert ScheduleFire.objects.get().slot_at == T0 + timedelta(hours=5)
+
+
+def test_missed_slots_can_be_skipped(release_spec):
+    item = schedule(cron="", interval_seconds=3600, next_run_at=T0, missed="skip")
+    report = schedules.tick(T0 + timedelta(hours=5, minutes=30))
+    assert report.started == [] and report.missed == 5 and report.skipped == 1
+    assert not Run.objects.exists()
+    item.refresh_from_db()
+    assert item.next_run_at == T0 + timedelta(hours=6)
+    # On time again: it runs.
+    assert len(schedules.tick(T0 + timedelta(hours=6, seconds=3)).started) == 1
+
+
+def test_overlap_skip_waits_for_the_previous_run(release_spec):
+    item = schedule(cron="", interval_seconds=60, next_run_at=T0)
+    first = schedules.tick(T0).started
+    assert len(first) == 1
+    assert schedules.tick(T0 + timedelta(seconds=61)).started == []  # previous still open
+    engine.cancel_run(first[0])
+    assert len(schedules.tick(T0 + timedelta(seconds=121)).started) == 1
+    item.refresh_from_db()
+    assert item.skipped_count == 1
+
+
+def test_overlap_allow_starts_beside_an_open_run(release_spec):
+    schedule(cron="", interval_seconds=60, next_run_at=T0, overlap="allow")
+    schedules.tick(T0)
+    assert len(schedules.tick(T0 + timedelta(seconds=61)).started) == 1
+    assert Run.objects.filter(status="open").count() == 2
+
+
+def test_a_slot_is_never_started_twice_even_after_its_run_closed(release_spec):
+    item = schedule(cron="", interval_seconds=60, next_run_at=T0, overlap="allow")
+    run_id = schedules.tick(T0).started[0]
+    engine.cancel_run(run_id)
+    Schedule.objects.filter(pk=item.pk).update(next_run_at=T0)  # as if a restart lost its place
+    assert schedules.tick(T0 + timedelta(seconds=1)).started == []
+    assert ScheduleFire.objects.count() == 1 and Run.objects.count() == 1
+
+
+def test_new_schedule_gets_its_first_slot(release_spec):
+    item = schedule(cron="*/5 * * * *")
+    schedules.tick(T0 + timedelta(minutes=1))
+    item.refresh_from_db()
+    assert item.next_run_at == T0 + timedelta(minutes=5)
+
+
+def test_disabled_schedule_does_nothing(release_spec):
+    schedule(next_run_at=T0, enabled=False)
+    assert schedules.tick(T0 + timedelta(days=3)).started == []

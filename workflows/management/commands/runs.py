@@ -1,0 +1,38 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from workflows.models import Run, RunStatus
+
+
+class Command(BaseCommand):
+    help = "List runs, newest first."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--status", choices=RunStatus.values)
+        parser.add_argument("--spec", metavar="SPEC_NAME")
+        parser.add_argument("--goal", type=int, metavar="GOAL_ID")
+        parser.add_argument("--limit", type=int, default=50)
+
+    def handle(self, *args, **options):
+        runs = Run.objects.select_related("spec").order_by("-created_at", "-id")
+        if options["status"]:
+            runs = runs.filter(status=options["status"])
+        if options["spec"]:
+            if not Run.objects.filter(spec_name=options["spec"]).exists():
+                from workflows.models import WorkflowSpec
+
+                if not WorkflowSpec.objects.filter(name=options["spec"]).exists():
+                    raise CommandError(f"No spec named {options['spec']!r}.")
+            runs = runs.filter(spec_name=options["spec"])
+        if options["goal"] is not None:
+            from goals.models import Goal
+
+            if not Goal.objects.filter(pk=options["goal"]).exists():
+                raise CommandError(f"Goal {options['goal']} does not exist.")
+            runs = runs.filter(goal_id=options["goal"])
+        rows = list(runs[: max(options["limit"], 1)])
+        self.stdout.write(f"{'ID':>6}  {'STATUS':<16}  {'SPEC':<20}  {'CREATED':<16}  NEXT")
+        for run in rows:
+            self.stdout.write(f"{run.pk:>6}  {run.status:<16}  {str(run.spec):<20}  "
+                              f"{run.created_at:%Y-%m-%d %H:%M}  {run.next_action}")
+        if not rows:
+            self.stdout.write("(no runs)")

@@ -1,0 +1,127 @@
+"""Schedules start runs on a cron expression or an interval.
+
+Every slot is started at most once: the schedule row is locked while it is advanced, and a
+ScheduleFire row per slot is unique in the database, so two sweepers or a restart cannot start
+a slot twice. Slots missed while nothing was running are counted and either run once (for the
+latest missed slot) or skipped, as the schedule says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from . import engine
+from .models import OPEN_RUN_STATUSES, MissedPolicy, OverlapPolicy, Schedule, ScheduleFire
+
+MAX_SLOTS = 10_000  # a schedule asleep for years is counted up to here, not forever
+
+
+class ScheduleError(ValueError):
+    pass
+
+
+def validate_schedule(schedule: Schedule) -> None:
+    if bool(schedule.cron) == bool(schedule.interval_seconds):
+        raise ScheduleError("Give a cron expression or an interval in seconds (one of them).")
+    if schedule.cron and not croniter.is_valid(schedule.cron):
+        raise ScheduleError(f"{schedule.cron!r} is not a valid cron expression.")
+    try:
+        ZoneInfo(schedule.timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ScheduleError(f"Unknown timezone {schedule.timezone!r}.") from None
+
+
+def next_slot(schedule: Schedule, after: datetime) -> datetime:
+    """The first slot strictly after `after`, as an aware UTC datetime."""
+    if schedule.interval_seconds:
+        anchor = schedule.next_run_at or schedule.created_at
+        if after < anchor:
+            return anchor
+        steps = int((after - anchor).total_seconds() // schedule.interval_seconds) + 1
+        return anchor + timedelta(seconds=steps * schedule.interval_seconds)
+    local = after.astimezone(ZoneInfo(schedule.timezone))
+    return croniter(schedule.cron, local).get_next(datetime).astimezone(ZoneInfo("UTC"))
+
+
+@dataclass
+class TickReport:
+    started: list[int] = field(default_factory=list)
+    skipped: int = 0
+    missed: int = 0
+
+
+def tick(now: datetime | None = None) -> TickReport:
+    """Start the runs of every due schedule."""
+    now = now or timezone.now()
+    report = TickReport()
+    due = Schedule.objects.filter(enabled=True, next_run_at__lte=now).values_list("pk",
+                                                                                  flat=True)
+    for schedule_id in list(due[:500]):
+        fire(schedule_id, now, report)
+    # A new schedule gets its first slot here.
+    for schedule in Schedule.objects.filter(enabled=True, next_run_at__isnull=True)[:500]:
+        Schedule.objects.filter(pk=schedule.pk, next_run_at__isnull=True).update(
+            next_run_at=next_slot(schedule, now))
+    return report
+
+
+def fire(schedule_id: int, now: datetime, report: TickReport) -> None:
+    with transaction.atomic():
+        schedule = (Schedule.objects.select_for_update().select_related("last_run", "goal")
+                    .filter(pk=schedule_id, enabled=True, next_run_at__lte=now).first())
+        if schedule is None:
+            return  # another sweeper advanced it first
+        slots = [schedule.next_run_at]
+        while len(slots) < MAX_SLOTS:
+            following = next_slot(schedule, slots[-1])
+            if following > now:
+                break
+            slots.append(following)
+        latest, missed = slots[-1], len(slots) - 1
+        late = (now - latest).total_seconds() > 2 * settings.TOLLGATE_SWEEP_SECONDS + 60
+        schedule.missed_count += missed
+        report.missed += missed
+        run_it = schedule.missed == MissedPolicy.RUN_ONCE or not late
+        previous = schedule.last_run
+        if run_it and schedule.overlap == OverlapPolicy.SKIP and previous and (
+            previous.status in OPEN_RUN_STATUSES
+        ):
+            run_it = False
+        if run_it:
+            run_id = _start(schedule, latest)
+            if run_id:
+                report.started.append(run_id)
+        else:
+            schedule.skipped_count += 1
+            report.skipped += 1
+        schedule.next_run_at = next_slot(schedule, max(latest, now))
+        schedule.save(update_fields=["next_run_at", "missed_count", "skipped_count",
+                                     "last_run"])
+
+
+def _start(schedule: Schedule, slot: datetime) -> int | None:
+    try:
+        with transaction.atomic():
+            fired = ScheduleFire.objects.create(schedule=schedule, slot_at=slot)
+            goal = schedule.goal if schedule.goal and not schedule.goal.is_closed else None
+            opened = engine.open_run(
+                schedule.spec_name, actor=f"schedule {schedule.name}", goal=goal,
+                idempotency_key=f"schedule:{schedule.pk}:{slot.isoformat()}",
+                shared_state={**schedule.shared_state, "scheduled_for": slot.isoformat()},
+                title=f"{schedule.name} {slot:%Y-%m-%d %H:%M}",
+            )
+            fired.run = opened.run
+            fired.save(update_fields=["run"])
+    except IntegrityError:
+        return None  # this slot was started already
+    except engine.WorkflowError:
+        return None  # spec archived or gone: the slot passes, the schedule keeps its place
+    schedule.last_run = opened.run
+    return opened.run.pk
