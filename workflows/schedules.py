@@ -74,7 +74,8 @@ def tick(now: datetime | None = None) -> TickReport:
 
 def fire(schedule_id: int, now: datetime, report: TickReport) -> None:
     with transaction.atomic():
-        schedule = (Schedule.objects.select_for_update().select_related("last_run", "goal")
+        schedule = (Schedule.objects.select_for_update(of=("self",))
+                    .select_related("last_run", "goal")
                     .filter(pk=schedule_id, enabled=True, next_run_at__lte=now).first())
         if schedule is None:
             return  # another sweeper advanced it first
