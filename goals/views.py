@@ -64,3 +64,36 @@ def goal_detail(request, pk: int):
         "breadcrumbs": [ancestors[i] for i in reversed(chain) if i in ancestors],
         "children": children, "runs": runs,
     })
+
+
+def _bars(pairs, width: int = 240) -> list[dict]:
+    """Label, value and bar width (px) for a server-rendered SVG bar chart."""
+    top = max((v for _, v in pairs), default=0) or 1
+    return [{"label": label, "value": value, "width": round(width * value / top)}
+            for label, value in pairs]
+
+
+@require_GET
+def progress(request, pk: int | None = None):
+    import csv
+
+    from django.http import HttpResponse
+
+    from .progress import progress_report
+
+    root = get_object_or_404(Goal, pk=pk) if pk is not None else None
+    report = progress_report(root)
+    if request.GET.get("format") == "csv":
+        response = HttpResponse(content_type="text/csv")
+        name = f"progress-goal-{root.pk}" if root else "progress"
+        response["Content-Disposition"] = f'attachment; filename="{name}.csv"'
+        writer = csv.writer(response)
+        writer.writerow(["section", "item", "measure", "value"])
+        writer.writerows(report.rows())
+        return response
+    return render(request, "goals/progress.html", {
+        "report": report, "root": root,
+        "status_bars": _bars(list(report.goals_by_status.items())),
+        "week_bars": _bars([(f"{w:%d %b}", n) for w, n in report.weeks], width=160),
+        "latency_bars": _bars([(item.group, item.p90) for item in report.latencies]),
+    })

@@ -20,6 +20,7 @@ STORAGES = {
 }
 # Tests ring the queue only where they run a consumer and say so.
 TOLLGATE_DISPATCH = False
+TOLLGATE_NOTIFY = False
 HUEY = {**HUEY, "name": f"tollgate-test-{os.getpid()}"}
 if HUEY["huey_class"] == "huey.SqliteHuey":
     HUEY["filename"] = str(VAR_DIR / f"huey-test-{os.getpid()}.sqlite3")

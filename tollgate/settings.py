@@ -189,3 +189,5 @@ LOGGING = {
 # Seconds between SIGTERM and SIGKILL when a step's process group is stopped.
 TOLLGATE_KILL_GRACE_SECONDS = float(os.environ.get("TOLLGATE_KILL_GRACE_SECONDS", "5"))
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# Email people about gates and failed runs (through Huey, after the transition commits).
+TOLLGATE_NOTIFY = env_bool("TOLLGATE_NOTIFY", True)

@@ -44,3 +44,12 @@ def compensate(run_id: int) -> None:
         compensate_run(run_id)
     except Exception:
         log.exception("Could not enqueue compensation of run %s", run_id)
+
+
+def notify(checkpoint_id: int, events: list[tuple[str, str]]) -> None:
+    from .tasks import send_notifications
+
+    try:
+        send_notifications(checkpoint_id, events)
+    except Exception:
+        log.exception("Could not enqueue notifications for checkpoint %s", checkpoint_id)

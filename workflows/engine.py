@@ -158,6 +158,20 @@ def _clear_lease(step: Step) -> None:
     step.lease_expires_at = None
 
 
+def _open_gate(gate: Step, now) -> None:
+    """A gate starts waiting on its group, with its deadline if the spec sets one."""
+    approval = gate.config.get("approval", {})
+    gate.status = StepStatus.WAITING_APPROVAL
+    gate.attempt = max(gate.attempt, 1)
+    gate.waiting_since = now
+    timeout = approval.get("timeout_seconds")
+    gate.deadline_at = now + timedelta(seconds=timeout) if timeout else None
+
+
+def _close_gate(gate: Step) -> None:
+    gate.deadline_at = None
+
+
 def _merge_state(run: Run, patch) -> dict:
     if patch in (None, {}):
         return {}
@@ -209,9 +223,7 @@ def _commit(
         for gate in steps.values():
             if (gate.kind == StepKind.APPROVAL and gate.status == StepStatus.PENDING
                     and _deps_settled(gate, steps)):
-                gate.status = StepStatus.WAITING_APPROVAL
-                gate.attempt = max(gate.attempt, 1)
-                gate.waiting_since = now
+                _open_gate(gate, now)
                 touched[gate.key] = gate
                 activated.append(gate.key)
     previous_status = run.status
@@ -222,6 +234,7 @@ def _commit(
             if gate.status == StepStatus.WAITING_APPROVAL:
                 gate.status = StepStatus.PENDING
                 gate.waiting_since = None
+                _close_gate(gate)
                 touched[gate.key] = gate
     if run.is_terminal:
         run.finished_at = run.finished_at or now
@@ -488,18 +501,26 @@ def _gate(run, steps, key, user, verb: str) -> Step:
     return step
 
 
+def _record_decision(step: Step, user, decision: str, comment: str) -> Approval:
+    now = timezone.now()
+    waited = (now - step.waiting_since).total_seconds() if step.waiting_since else None
+    return Approval.objects.create(step=step, attempt=step.attempt, user=user, decision=decision,
+                                   comment=comment, group=step.approval_group,
+                                   waited_seconds=waited, at=now)
+
+
 def approve(run, key: str, *, user, comment: str = "") -> Checkpoint:
     """Record an approval; the gate completes when its quorum of distinct approvers is met."""
     with transaction.atomic():
         run, steps = _lock(run)
         step = _gate(run, steps, key, user, "approve")
-        Approval.objects.create(step=step, attempt=step.attempt, user=user,
-                                decision=Decision.APPROVE, comment=comment)
+        _record_decision(step, user, Decision.APPROVE, comment)
         count = Approval.objects.filter(
             step=step, attempt=step.attempt, decision=Decision.APPROVE
         ).count()
         evidence = {"approvals": count, "required": step.approval_required}
         if count >= step.approval_required:
+            _close_gate(step)
             step.status = StepStatus.COMPLETED
             step.finished_at = timezone.now()
             step.last_summary = comment
@@ -518,8 +539,8 @@ def reject(run, key: str, *, user, comment: str) -> Checkpoint:
     with transaction.atomic():
         run, steps = _lock(run)
         step = _gate(run, steps, key, user, "reject")
-        Approval.objects.create(step=step, attempt=step.attempt, user=user,
-                                decision=Decision.REJECT, comment=comment)
+        _record_decision(step, user, Decision.REJECT, comment)
+        _close_gate(step)
         step.status = StepStatus.FAILED
         step.finished_at = timezone.now()
         step.last_summary = comment
@@ -542,8 +563,9 @@ def retry_step(run, key: str, *, actor=None) -> Checkpoint:
         step.retry_after = None
         if step.kind == StepKind.APPROVAL:
             step.attempt += 1
-            step.status = StepStatus.WAITING_APPROVAL
-            step.waiting_since = timezone.now()
+            step.approval_group = step.config["approval"]["group"]
+            step.escalated_at = None
+            _open_gate(step, timezone.now())
         else:
             step.status = StepStatus.PENDING
             step.attempt_base = step.attempt  # a fresh window of automatic retries
@@ -562,6 +584,7 @@ def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
                            StepStatus.CANCELLED):
             raise IllegalTransition(f"Cannot skip {key}: it is {step.status}.")
         step.status = StepStatus.SKIPPED
+        _close_gate(step)
         step.finished_at = timezone.now()
         step.last_summary = reason
         _clear_lease(step)
@@ -587,6 +610,7 @@ def cancel_run(run, *, actor=None, reason: str = "") -> Checkpoint | None:
                 # Keep the lease token: the worker's heartbeat sees the step cancelled and
                 # stops its process.
                 step.lease_expires_at = None
+                _close_gate(step)
                 changed.append(step)
         run.status = RunStatus.CANCELLED
         run.error = reason
@@ -691,6 +715,39 @@ def record_compensation(run, key: str, *, ok: bool, summary: str = "",
         return _commit(run, steps, "compensated" if ok else "compensation_failed", actor=None,
                        step=step, changed=(), evidence=evidence,
                        summary=f"Compensation of {step.title}: {summary}")
+
+
+def expire_gate(step_id: int) -> Checkpoint | None:
+    """A gate past its deadline is rejected or escalated, as its spec says."""
+    step = Step.objects.filter(pk=step_id).only("run_id").first()
+    if step is None:
+        return None
+    with transaction.atomic():
+        run, steps = _lock(step.run_id)
+        step = next((s for s in steps.values() if s.pk == step_id), None)
+        now = timezone.now()
+        if (step is None or step.status != StepStatus.WAITING_APPROVAL or run.is_terminal
+                or step.deadline_at is None or step.deadline_at > now):
+            return None  # decided, moved on or not due
+        approval = step.config.get("approval", {})
+        waited = f"{(now - step.waiting_since).total_seconds():.0f}s" if step.waiting_since else ""
+        if approval.get("on_timeout") == "escalate" and not step.escalated_at:
+            previous = step.approval_group
+            step.approval_group = approval["escalate_to"]
+            step.escalated_at = now
+            _close_gate(step)
+            return _commit(run, steps, "gate_escalated", actor="deadline", step=step,
+                           summary=f"No decision from {previous} after {waited}; escalated to "
+                                   f"{step.approval_group}",
+                           evidence={"from_group": previous, "to_group": step.approval_group})
+        _close_gate(step)
+        step.status = StepStatus.FAILED
+        step.finished_at = now
+        step.last_summary = f"No decision from {step.approval_group} after {waited}"
+        if not step.continue_on_failure:
+            run.error = f"{step.title}: timed out waiting for approval"
+        return _commit(run, steps, "gate_timed_out", actor="deadline", step=step,
+                       summary=step.last_summary)
 
 
 # --- reading ------------------------------------------------------------------------------

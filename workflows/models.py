@@ -178,6 +178,9 @@ class Step(models.Model):
     approval_required = models.PositiveIntegerField(default=1)
     allow_self_approval = models.BooleanField(default=False)
     waiting_since = models.DateTimeField(null=True, blank=True)
+    # When a waiting gate times out (its spec's timeout_seconds); cleared once it is decided.
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
     compensation = models.JSONField(null=True, blank=True)
     lease_owner = models.CharField(max_length=200, blank=True)
     # When the queue was last rung for this step; the sweeper re-rings what looks lost.
@@ -214,6 +217,11 @@ class Step(models.Model):
                 name="step_waiting_gate_idx",
             ),
             models.Index(
+                fields=["deadline_at"],
+                condition=Q(status="waiting_approval", deadline_at__isnull=False),
+                name="step_gate_deadline_idx",
+            ),
+            models.Index(
                 fields=["status", "retry_after"],
                 condition=Q(status__in=["pending", "retrying"]),
                 name="step_ready_idx",
@@ -243,10 +251,14 @@ class Approval(models.Model):
     )
     decision = models.CharField(max_length=16, choices=Decision)
     comment = models.TextField(blank=True)
+    # The group the gate waited on, and for how long, when this decision was made.
+    group = models.CharField(max_length=150, blank=True)
+    waited_seconds = models.FloatField(null=True, blank=True)
     at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["at", "id"]
+        indexes = [models.Index(fields=["group", "at"])]
         constraints = [
             models.UniqueConstraint(
                 fields=["step", "attempt", "user"], name="approval_one_per_user_attempt"
@@ -415,3 +427,26 @@ class ScheduleFire(models.Model):
 
     def __str__(self) -> str:
         return f"{self.schedule_id} @ {self.slot_at:%Y-%m-%d %H:%M}"
+
+
+class Notification(models.Model):
+    """One message per event per person; the unique key stops a retried task sending twice."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="notifications")
+    key = models.CharField(max_length=200)
+    event = models.CharField(max_length=40)
+    run = models.ForeignKey(Run, null=True, on_delete=models.SET_NULL, related_name="+")
+    subject = models.CharField(max_length=300)
+    body = models.TextField()
+    created_at = models.DateTimeField(default=now)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["user", "key"],
+                                               name="notification_once_per_event_and_user")]
+
+    def __str__(self) -> str:
+        return f"{self.event} to {self.user_id}"

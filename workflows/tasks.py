@@ -39,3 +39,17 @@ def start_scheduled_runs() -> dict:
 
     report = schedules.tick()
     return {"started": report.started, "skipped": report.skipped, "missed": report.missed}
+
+
+@db_periodic_task(every_tick)
+def apply_gate_deadlines() -> int:
+    from . import deadlines
+
+    return deadlines.apply()
+
+
+@db_task()
+def send_notifications(checkpoint_id: int, events: list) -> int:
+    from . import notifications
+
+    return notifications.deliver(checkpoint_id, [tuple(e) for e in events])

@@ -46,8 +46,16 @@ def test_result_after_losing_the_lease_is_recorded_as_stale(settings):
     run = engine.open_run(spec({"key": "a", "max_retries": 1,
                                 "run": {"command": ["sleep", "30"]}})).run
     result = {}
-    thread = threading.Thread(target=lambda: result.update(kind=worker.run_step(
-        step_id(run, "a"))))
+
+    def work():
+        from django.db import connection
+
+        try:
+            result.update(kind=worker.run_step(step_id(run, "a")))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=work)
     thread.start()
     first = None
     for _ in range(100):

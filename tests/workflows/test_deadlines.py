@@ -1,0 +1,77 @@
+"""Approval deadlines: reject or escalate through the engine, with a checkpoint."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from workflows import deadlines, engine
+from workflows.models import Checkpoint, Step
+from workflows.specs import store_spec
+
+from .helpers import status
+
+pytestmark = pytest.mark.django_db
+
+
+def gated(on_timeout="reject", **extra):
+    approval = {"group": "qa", "timeout_seconds": 3600, "on_timeout": on_timeout, **extra}
+    return store_spec({"name": f"gate-{on_timeout}", "steps": [
+        {"key": "ok", "approval": approval},
+        {"key": "after", "depends_on": ["ok"], "run": {"command": ["true"]}}]})[0]
+
+
+def overdue(run):
+    Step.objects.filter(run=run, key="ok").update(deadline_at=timezone.now()
+                                                  - timedelta(seconds=1))
+
+
+def test_gate_gets_a_deadline_when_it_starts_waiting(db):
+    run = engine.open_run(gated()).run
+    gate = Step.objects.get(run=run, key="ok")
+    assert gate.deadline_at - gate.waiting_since == timedelta(hours=1)
+
+
+def test_overdue_gate_is_rejected(db):
+    run = engine.open_run(gated()).run
+    assert deadlines.apply() == 0
+    overdue(run)
+    assert deadlines.apply() == 1
+    assert status(run) == {"run": "failed", "ok": "failed", "after": "pending"}
+    checkpoint = Checkpoint.objects.filter(run=run).last()
+    assert checkpoint.kind == "gate_timed_out" and checkpoint.actor_name == "deadline"
+    assert deadlines.apply() == 0  # applied once
+
+
+def test_overdue_gate_escalates_once(db, people):
+    people["erin"].groups.add(*people["dave"].groups.all())  # erin joins managers
+    run = engine.open_run(gated("escalate", escalate_to="managers")).run
+    overdue(run)
+    assert deadlines.apply() == 1
+    gate = Step.objects.get(run=run, key="ok")
+    assert gate.status == "waiting_approval" and gate.approval_group == "managers"
+    assert gate.deadline_at is None and gate.escalated_at is not None
+    assert Checkpoint.objects.filter(run=run).last().kind == "gate_escalated"
+    with pytest.raises(engine.NotPermitted):
+        engine.approve(run, "ok", user=people["bob"])  # qa no longer decides it
+    engine.approve(run, "ok", user=people["erin"])
+    assert status(run)["ok"] == "completed"
+
+
+def test_decided_gate_is_not_expired(db, people):
+    run = engine.open_run(gated()).run
+    engine.approve(run, "ok", user=people["bob"])
+    assert Step.objects.get(run=run, key="ok").deadline_at is None
+    assert deadlines.apply(now=timezone.now() + timedelta(days=2)) == 0
+
+
+def test_retry_after_timeout_restores_group_and_deadline(db, people):
+    run = engine.open_run(gated("escalate", escalate_to="managers")).run
+    overdue(run)
+    deadlines.apply()
+    engine.reject(run, "ok", user=people["dave"], comment="not now")
+    engine.retry_step(run, "ok")
+    gate = Step.objects.get(run=run, key="ok")
+    assert gate.approval_group == "qa" and gate.deadline_at is not None

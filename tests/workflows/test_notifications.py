@@ -1,0 +1,84 @@
+"""Notifications: who hears of what, once per event per person, whatever the retries."""
+
+from __future__ import annotations
+
+import pytest
+from django.core import mail
+
+from workflows import engine, notifications
+from workflows.hooks import notification_events
+from workflows.models import Checkpoint, Notification
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def sent(settings, monkeypatch, django_capture_on_commit_callbacks):
+    """Deliver notifications in-process, as the Huey task would, and count deliveries."""
+    settings.TOLLGATE_NOTIFY = True
+    calls = []
+
+    def deliver(checkpoint_id, events):
+        calls.append((checkpoint_id, events))
+        notifications.deliver(checkpoint_id, events)
+
+    monkeypatch.setattr("workflows.dispatch.notify", deliver)
+    return calls
+
+
+def recipients(subject_part: str) -> set[str]:
+    return {to for m in mail.outbox if subject_part in m.subject for to in m.to}
+
+
+def test_gate_waiting_tells_the_group_but_not_the_requester(release_spec, people, sent,
+                                                            django_capture_on_commit_callbacks):
+    people["alice"].groups.add(people["bob"].groups.get())  # alice is in qa too
+    run = engine.open_run(release_spec, actor=people["alice"]).run
+    with django_capture_on_commit_callbacks(execute=True):
+        engine.record_transition(run, "build", step_status="completed")
+    assert recipients("waits on qa") == {"bob@example.com", "carol@example.com"}
+
+
+def test_decision_and_failure_tell_the_requester(release_spec, people, sent,
+                                                 django_capture_on_commit_callbacks):
+    run = engine.open_run(release_spec, actor=people["alice"]).run
+    engine.record_transition(run, "build", step_status="completed")
+    with django_capture_on_commit_callbacks(execute=True):
+        engine.reject(run, "qa", user=people["bob"], comment="broken login")
+    assert recipients("QA sign-off rejected") == {"alice@example.com"}
+    assert recipients("Run failed") == {"alice@example.com"}
+    assert "broken login" in next(m.body for m in mail.outbox if "rejected" in m.subject)
+
+
+def test_a_retried_task_never_sends_twice(release_spec, people):
+    run = engine.open_run(release_spec, actor=people["alice"]).run
+    engine.record_transition(run, "build", step_status="completed")
+    checkpoint = Checkpoint.objects.filter(run=run).last()
+    events = notification_events(run, checkpoint, "open")
+    assert events == [("gate_waiting", "qa")]
+    assert notifications.deliver(checkpoint.pk, events) == 2
+    assert notifications.deliver(checkpoint.pk, events) == 0  # the task ran again
+    assert len(mail.outbox) == 2 and Notification.objects.count() == 2
+    assert all(n.sent_at for n in Notification.objects.all())
+
+
+def test_escalation_tells_the_new_group_and_the_requester(db, people, sent,
+                                                          django_capture_on_commit_callbacks):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from workflows import deadlines
+    from workflows.models import Step
+    from workflows.specs import store_spec
+
+    people["erin"].groups.add(people["dave"].groups.get())
+    spec = store_spec({"name": "esc", "steps": [{"key": "ok", "approval": {
+        "group": "qa", "timeout_seconds": 60, "on_timeout": "escalate",
+        "escalate_to": "managers"}}]})[0]
+    run = engine.open_run(spec, actor=people["alice"]).run
+    Step.objects.filter(run=run).update(deadline_at=timezone.now() - timedelta(seconds=1))
+    with django_capture_on_commit_callbacks(execute=True):
+        deadlines.apply()
+    assert recipients("escalated to managers") == {"dave@example.com", "erin@example.com"}
+    assert recipients("escalated:") == {"alice@example.com"}
