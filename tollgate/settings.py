@@ -166,7 +166,9 @@ else:
         "name": os.environ.get("TOLLGATE_HUEY_NAME", "tollgate"),
         "filename": HUEY_FILE,
         "immediate": False,
-        "consumer": {"workers": 4, "worker_type": "thread"},
+        # SqliteHuey polls: keep the gap between a doorbell and a worker short.
+        "consumer": {"workers": 4, "worker_type": "thread", "initial_delay": 0.01,
+                     "backoff": 1.5, "max_delay": 0.2},
     }
 
 TOLLGATE_LEASE_SECONDS = float(os.environ.get("TOLLGATE_LEASE_SECONDS", "30"))

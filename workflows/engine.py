@@ -464,6 +464,7 @@ def _fail(run, steps, step, actor, summary, evidence, retryable=True) -> Checkpo
         delay = retry_delay(step, retries_used + 1)
         step.status = StepStatus.RETRYING
         step.retry_after = now + timedelta(seconds=delay)
+        step.rung_at = None  # the retry needs a doorbell of its own
         return _commit(run, steps, "step_retrying", actor=actor, step=step,
                        summary=f"{summary or 'Failed'}; retry {retries_used + 1} of "
                                f"{step.max_retries} in {delay:.1f}s",
@@ -569,6 +570,7 @@ def retry_step(run, key: str, *, actor=None) -> Checkpoint:
         else:
             step.status = StepStatus.PENDING
             step.attempt_base = step.attempt  # a fresh window of automatic retries
+            step.rung_at = None
         return _commit(run, steps, "step_retried", actor=actor, step=step,
                        summary=f"Retry of {step.title} requested")
 

@@ -28,11 +28,13 @@ def after_transition(run, steps, checkpoint, *, previous_status: str) -> None:
     from . import engine
 
     dispatch_on = settings.TOLLGATE_DISPATCH
-    ready = [s.pk for s in engine.ready_steps(run, steps)] if dispatch_on else []
+    # Ring only what has not been rung yet: a doorbell per step, not one per transition.
+    ready = [s.pk for s in engine.ready_steps(run, steps)
+             if s.rung_at is None and s.status == StepStatus.PENDING] if dispatch_on else []
     retry = [
         (s.pk, s.retry_after) for s in steps.values()
         if dispatch_on and s.kind == StepKind.RUN and s.status == StepStatus.RETRYING
-        and s.retry_after and s.pk not in ready
+        and s.rung_at is None and s.retry_after
     ]
     compensate = (dispatch_on and run.status == RunStatus.FAILED
                   and previous_status != RunStatus.FAILED)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -14,6 +15,8 @@ from django.utils import timezone
 from . import engine
 from .executors import execute, run_process
 from .models import Run, Step, StepStatus
+
+log = logging.getLogger(__name__)
 
 
 def worker_name() -> str:
@@ -58,8 +61,10 @@ def run_step(step_id: int) -> str:
     try:
         step = engine.start_step(step.run_id, step.key, actor=f"worker {owner}", owner=owner,
                                  lease_seconds=lease)
-    except engine.WorkflowError:
-        return "not-ready"  # taken by another worker, not due, or the run moved on
+    except engine.WorkflowError as exc:
+        # Taken by another worker, not due, or the run moved on: the doorbell was stale.
+        log.warning("Step %s not started: %s", step_id, exc)
+        return "not-ready"
     run = Run.objects.only("shared_state").get(pk=step.run_id)
     context = {"run_id": step.run_id, "step_key": step.key, "attempt": step.attempt}
     with heartbeat(step.pk, step.lease_token, lease) as lost:

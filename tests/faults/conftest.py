@@ -1,0 +1,49 @@
+"""The fault-injection suite: every fault is counted, every run checked, anomalies listed."""
+
+from __future__ import annotations
+
+import pytest
+
+TALLY = {"faults injected": 0, "runs checked": 0, "anomalies found": 0}
+ANOMALIES: list[str] = []
+
+
+def check_run(run_id: int, allowed: tuple[str, ...] = ("completed",)) -> list[str]:
+    """Invariants every run must keep after any fault; returns the anomalies found."""
+    from workflows.models import Checkpoint, Run
+
+    run = Run.objects.get(pk=run_id)
+    found = []
+    if run.status not in allowed:
+        found.append(f"run {run_id} ended {run.status}, expected {' or '.join(allowed)}")
+    seqs = list(Checkpoint.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
+    if seqs != list(range(1, len(seqs) + 1)):
+        found.append(f"run {run_id}: checkpoint seq not gapless/unique ({len(seqs)} rows)")
+    if run.checkpoint_seq != len(seqs):
+        found.append(f"run {run_id}: run says {run.checkpoint_seq} checkpoints, has {len(seqs)}")
+    done = list(Checkpoint.objects.filter(run=run, kind="step_completed")
+                .values_list("step_id", flat=True))
+    twice = {s for s in done if done.count(s) > 1}
+    if twice:
+        found.append(f"run {run_id}: {len(twice)} step(s) recorded completed twice")
+    if run.status == "completed" and run.steps.exclude(status__in=["completed", "skipped"]
+                                                       ).exclude(continue_on_failure=True
+                                                                 ).exists():
+        found.append(f"run {run_id}: completed with unfinished steps")
+    TALLY["runs checked"] += 1
+    TALLY["anomalies found"] += len(found)
+    ANOMALIES.extend(found)
+    return found
+
+
+def injected(count: int = 1) -> None:
+    TALLY["faults injected"] += count
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter):
+    if TALLY["runs checked"] or TALLY["faults injected"]:
+        terminalreporter.section("fault injection")
+        terminalreporter.write_line(", ".join(f"{k}: {v}" for k, v in TALLY.items()))
+        for anomaly in ANOMALIES:
+            terminalreporter.write_line(f"  anomaly: {anomaly}")

@@ -1,0 +1,222 @@
+"""Faults under load: SIGKILLed consumers, dropped connections, a restarted Redis, a full disk,
+a command that ignores SIGTERM. After each, every run ends as its policy says."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+from django.db import OperationalError, connection
+
+from workflows import engine, sweeper, worker
+from workflows.models import Run, Step
+from workflows.specs import store_spec
+
+from ..workflows.consumers import wait_for
+from .conftest import check_run, injected
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.consumer]
+
+
+def chain_spec(name: str, steps: int, callable_: str = "tests.callables.nap", **extra):
+    return store_spec({"name": name, "steps": [
+        {"key": f"s{i}", "max_retries": 5, "run": {"callable": callable_},
+         **({"depends_on": [f"s{i - 1}"]} if i and extra.get("chain") else {})}
+        for i in range(steps)]})[0]
+
+
+def finished(run_id: int) -> bool:
+    return Run.objects.get(pk=run_id).status in ("completed", "failed", "cancelled")
+
+
+def wait_finished(run_id: int, timeout: float) -> None:
+    """Wait for the run to close; on timeout, say where it stood."""
+    from django.db.models import Count
+
+    try:
+        wait_for(lambda: finished(run_id), timeout, 0.25, what=f"run {run_id} to finish")
+    except AssertionError as exc:
+        run = Run.objects.get(pk=run_id)
+        counts = dict(Step.objects.filter(run=run).values_list("status")
+                      .annotate(n=Count("pk")).order_by())
+        stuck = list(Step.objects.filter(run=run).exclude(status="completed").values(
+            "key", "status", "attempt", "lease_expires_at", "retry_after", "rung_at")[:5])
+        raise AssertionError(f"{exc}: run {run.status}, updated {run.updated_at}, "
+                             f"steps {counts}, e.g. {stuck}") from None
+
+
+def test_sigkill_consumers_at_random_points_of_a_200_step_run(consumers):
+    spec = chain_spec("kill200", 200)
+    run = engine.open_run(spec, shared_state={"nap": 0.05}).run
+    current = consumers(workers=2)
+    rng = random.Random(int(os.environ.get("TOLLGATE_FAULT_SEED", "7")))
+    for _ in range(4):
+        time.sleep(rng.uniform(0.5, 2.5))
+        if finished(run.pk):
+            break
+        current.kill()
+        injected()
+        current = consumers(workers=2)
+    wait_finished(run.pk, 120)
+    assert check_run(run.pk) == []
+    assert Step.objects.filter(run=run, status="completed").count() == 200
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="kills PostgreSQL backends")
+def test_database_connections_dropped_mid_run(consumers):
+    spec = chain_spec("dropdb", 60)
+    run = engine.open_run(spec, shared_state={"nap": 0.05}).run
+    consumers(workers=2)
+    name = connection.settings_dict["NAME"]
+    for _ in range(3):
+        time.sleep(1.0)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                           "WHERE datname = %s AND pid <> pg_backend_pid()", [name])
+            dropped = cursor.rowcount
+        injected()
+        assert dropped >= 0
+    wait_for(lambda: finished(run.pk), 120, 0.25, what="the run to finish")
+    assert check_run(run.pk) == []
+
+
+def test_connection_lost_inside_a_transition_changes_nothing(release_spec):
+    """A transition whose connection dies before commit leaves no partial write behind."""
+    run = engine.open_run(release_spec).run
+    engine.start_step(run, "build")
+
+    def drop_on_checkpoint(execute, sql, params, many, context):
+        if "INSERT INTO" in sql and "workflows_checkpoint" in sql:
+            raise OperationalError("server closed the connection unexpectedly")
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(drop_on_checkpoint), pytest.raises(OperationalError):
+        engine.complete_step(run, "build", state_patch={"half": "written"})
+    injected()
+    run.refresh_from_db()
+    assert run.shared_state == {} and run.steps.get(key="build").status == "running"
+    engine.complete_step(run, "build")
+    engine.cancel_run(run)
+    assert check_run(run.pk, ("cancelled",)) == []
+
+
+def test_disk_full_during_a_step_is_recovered_after_space_returns(settings):
+    """SQLITE_FULL (or any write error) while reporting: the lease runs out, the sweeper
+    retries the step, and the run completes once writes work again."""
+    settings.TOLLGATE_LEASE_SECONDS = 0.5
+    spec = chain_spec("diskfull", 3, "workflows.callables.noop", chain=True)
+    run = engine.open_run(spec).run
+    first = Step.objects.get(run=run, key="s0")
+
+    def disk_full(execute, sql, params, many, context):
+        if sql.lstrip().upper().startswith(("INSERT", "UPDATE")) and "workflows_checkpoint" in sql:
+            raise OperationalError("database or disk is full")
+        return execute(sql, params, many, context)
+
+    # The claim succeeds; the completion cannot be written.
+    engine.start_step(run, "s0", owner="w-full", lease_seconds=0.5)
+    with connection.execute_wrapper(disk_full), pytest.raises(OperationalError):
+        engine.complete_step(run, "s0", lease_token=Step.objects.get(pk=first.pk).lease_token)
+    injected()
+    time.sleep(0.6)
+    assert sweeper.sweep().expired == 1  # space is back: the sweeper takes over
+    Step.objects.filter(run=run, status="retrying").update(retry_after=None)
+    for _ in range(10):
+        for step in Step.objects.filter(run=run, status__in=["pending", "retrying"]):
+            worker.run_step(step.pk)
+        if finished(run.pk):
+            break
+    assert check_run(run.pk) == []
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    """A Redis server of this test's own, so restarting it disturbs nobody else."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    def start():
+        proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save",
+                                 "", "--appendonly", "no", "--dir", str(tmp_path)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: _pings(port), 10, 0.05, what="redis to start")
+        return proc
+
+    server = {"proc": start()}
+
+    def restart():
+        server["proc"].kill()
+        server["proc"].wait()
+        time.sleep(0.5)
+        server["proc"] = start()
+
+    yield f"redis://127.0.0.1:{port}/0", restart
+    server["proc"].kill()
+    server["proc"].wait()
+
+
+def _pings(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2) as conn:
+            conn.sendall(b"PING\r\n")
+            return conn.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def test_redis_restarted_during_a_run(settings, private_redis, tmp_path):
+    """The queue loses everything it held; the database still knows, and the sweeper re-rings."""
+    from huey import RedisHuey
+
+    from tests.workflows.consumers import Consumer
+
+    url, restart = private_redis
+    settings.TOLLGATE_DISPATCH = True
+    settings.TOLLGATE_CALLABLES = ["workflows.callables.*", "tests.callables.*"]
+    name = f"tollgate-fault-{os.getpid()}"
+    queue = RedisHuey(name, url=url)
+    import workflows.tasks as tasks
+
+    original = tasks.run_step.huey
+    tasks.run_step.huey = queue  # this process rings the private Redis too
+    consumer = Consumer(workers=2, log=tmp_path / "consumer.log", TOLLGATE_REDIS_URL=url,
+                        TOLLGATE_HUEY_NAME=name)
+    try:
+        spec = chain_spec("redis", 40)
+        run = engine.open_run(spec, shared_state={"nap": 0.1}).run
+        time.sleep(1.0)
+        restart()
+        injected()
+        wait_for(lambda: finished(run.pk), 120, 0.25, what="the run to finish after the restart")
+    finally:
+        consumer.stop()
+        tasks.run_step.huey = original
+    assert check_run(run.pk) == []
+
+
+def test_command_ignoring_sigterm_is_killed_and_fails_as_policy_says(consumers, tmp_path):
+    pid_file = tmp_path / "pid"
+    spec = store_spec({"name": "stubborn", "steps": [
+        {"key": "hang", "run": {"shell": f"trap '' TERM; echo $$ > {pid_file}; "
+                                         "while :; do sleep 0.2; done", "timeout_seconds": 1}},
+        {"key": "never", "depends_on": ["hang"], "run": {"command": ["true"]}},
+    ]})[0]
+    consumers(workers=1)
+    run = engine.open_run(spec).run
+    injected()
+    wait_for(lambda: finished(run.pk), 30, 0.1, what="the stubborn step to be stopped")
+    assert check_run(run.pk, ("failed",)) == []
+    hang = Step.objects.get(run=run, key="hang")
+    assert hang.status == "failed" and hang.last_evidence.get("timed_out")
+    pid = int(pid_file.read_text())
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or
+             open(f"/proc/{pid}/stat").read().split()[2] == "Z", 5, what="the process to die")
