@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from django.db import OperationalError, connection
@@ -218,5 +219,6 @@ def test_command_ignoring_sigterm_is_killed_and_fails_as_policy_says(consumers, 
     hang = Step.objects.get(run=run, key="hang")
     assert hang.status == "failed" and hang.last_evidence.get("timed_out")
     pid = int(pid_file.read_text())
-    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or
-             open(f"/proc/{pid}/stat").read().split()[2] == "Z", 5, what="the process to die")
+    stat = Path(f"/proc/{pid}/stat")
+    wait_for(lambda: not stat.exists() or stat.read_text().split()[2] == "Z", 5,
+             what="the process to die")
