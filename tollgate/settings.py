@@ -140,13 +140,23 @@ SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
-MAILERS = {
-    "default": {
-        "BACKEND": os.environ.get(
-            "TOLLGATE_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend"
-        ),
+# Email: the console in development, SMTP in production (TOLLGATE_SMTP_* below).
+EMAIL_BACKEND_PATH = os.environ.get(
+    "TOLLGATE_EMAIL_BACKEND",
+    "django.core.mail.backends.console.EmailBackend"
+    if DEBUG
+    else "django.core.mail.backends.smtp.EmailBackend",
+)
+MAILERS = {"default": {"BACKEND": EMAIL_BACKEND_PATH}}
+if EMAIL_BACKEND_PATH.endswith("smtp.EmailBackend"):
+    MAILERS["default"]["OPTIONS"] = {
+        "host": os.environ.get("TOLLGATE_SMTP_HOST", "localhost"),
+        "port": int(os.environ.get("TOLLGATE_SMTP_PORT", "25")),
+        "username": os.environ.get("TOLLGATE_SMTP_USER", ""),
+        "password": os.environ.get("TOLLGATE_SMTP_PASSWORD", ""),
+        "use_tls": env_bool("TOLLGATE_SMTP_TLS", False),
+        "timeout": 10,
     }
-}
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "tollgate@localhost")
 
 # Huey: the queue is only a doorbell; step rows and leases in the database are the truth.

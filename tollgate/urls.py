@@ -1,5 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
+from django.http import HttpResponse
 from django.urls import include, path
 
 from workflows import api as workflows_api
@@ -12,3 +14,12 @@ urlpatterns = [
     path("goals/", include("goals.urls")),
     path("", include("workflows.urls")),
 ]
+
+
+@login_not_required
+def healthz(request):
+    """Liveness for load balancers: answers without touching the database."""
+    return HttpResponse("ok", content_type="text/plain")
+
+
+urlpatterns.append(path("healthz", healthz, name="healthz"))

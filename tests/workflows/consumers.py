@@ -36,6 +36,7 @@ def consumer_env(**extra: str) -> dict[str, str]:
         "TOLLGATE_KILL_GRACE_SECONDS": "1",
         "TOLLGATE_CALLABLES": "workflows.callables.*,tests.callables.*",
         "LOG_LEVEL": "WARNING",
+        "TOLLGATE_EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
     }
     if settings.HUEY["huey_class"] == "huey.SqliteHuey":
         env["TOLLGATE_HUEY_FILE"] = settings.HUEY["filename"]

@@ -1,0 +1,101 @@
+"""The production topology: deploy checks, gunicorn, two consumers, JSON over real HTTP."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Permission
+
+from workflows.models import ApiToken
+
+from .conftest import RELEASE
+from .workflows.consumers import ROOT, Consumer, consumer_env, wait_for
+
+PRODUCTION = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50),
+              "ALLOWED_HOSTS": "tollgate.example.com,127.0.0.1"}
+
+
+def test_check_deploy_is_clean_with_production_settings(tmp_path):
+    env = {**consumer_env(), **PRODUCTION, "TOLLGATE_VAR_DIR": str(tmp_path)}
+    env.pop("TOLLGATE_SSL_REDIRECT", None)
+    env.pop("TOLLGATE_SECURE_COOKIES", None)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def call(url: str, token: str, data=None, method=None):
+    request = urllib.request.Request(
+        url, data=json.dumps(data).encode() if data is not None else None, method=method,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.status, json.loads(response.read())
+
+
+@pytest.mark.consumer
+@pytest.mark.django_db(transaction=True)
+def test_gunicorn_and_two_consumers_run_a_release(people, tmp_path, settings):
+    alice = people["alice"]
+    alice.user_permissions.add(*Permission.objects.filter(
+        codename__in=["add_run", "add_workflowspec"]))
+    alice_token = ApiToken.objects.issue(alice)[1]
+    bob_token = ApiToken.objects.issue(people["bob"])[1]
+    carol_token = ApiToken.objects.issue(people["carol"])[1]
+    env = {**consumer_env(), **PRODUCTION, "TOLLGATE_VAR_DIR": str(tmp_path),
+           "TOLLGATE_SSL_REDIRECT": "0", "TOLLGATE_SECURE_COOKIES": "0"}
+    subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"],
+                   cwd=ROOT, env=env, check=True, timeout=120)
+    port = free_port()
+    web = subprocess.Popen(
+        [str(Path(sys.executable).with_name("gunicorn")), "tollgate.wsgi", "--bind",
+         f"127.0.0.1:{port}", "--workers", "2", "--log-level", "warning"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    consumers = [Consumer(workers=2, log=tmp_path / "consumers.log",
+                          **{k: env[k] for k in PRODUCTION}) for _ in range(2)]
+    base = f"http://127.0.0.1:{port}"
+    try:
+        def up():
+            try:
+                with urllib.request.urlopen(f"{base}/login/", timeout=2) as page:
+                    return page.status == 200 and b"htmx" in page.read()
+            except OSError:
+                return False
+
+        wait_for(up, 30, 0.2, what="gunicorn to serve the login page")
+        with urllib.request.urlopen(f"{base}/static/django_htmx/htmx-2.min.js") as script:
+            assert script.status == 200
+        assert call(f"{base}/api/specs", alice_token, RELEASE)[0] == 201
+        status, run = call(f"{base}/api/runs", alice_token,
+                           {"spec": "release", "idempotency_key": "prod-1"})
+        assert status == 201
+        url = f"{base}/api/runs/{run['id']}"
+        wait_for(lambda: call(url, alice_token)[1]["status"] == "waiting_approval", 30, 0.2,
+                 what="the build to finish and the gate to open")
+        call(f"{url}/steps/qa/approve", bob_token, {"comment": "ok"}, "POST")
+        call(f"{url}/steps/qa/approve", carol_token, {}, "POST")
+        wait_for(lambda: call(url, alice_token)[1]["status"] == "completed", 30, 0.2,
+                 what="deploy and notify to run")
+        timeline = call(f"{url}/timeline", alice_token)[1]
+        assert [c["seq"] for c in timeline] == list(range(1, len(timeline) + 1))
+        workers = {c["actor"].split(":")[1] for c in timeline if c["kind"] == "step_started"}
+        assert workers  # every started step names the consumer process that ran it
+    finally:
+        web.terminate()
+        web.wait(timeout=10)
+        for consumer in consumers:
+            consumer.stop()
