@@ -71,15 +71,65 @@ def _lock(run) -> tuple[Run, dict[str, Step]]:
         locked = Run.objects.select_for_update().get(pk=run_id)
     except (Run.DoesNotExist, ValueError, TypeError):
         raise NotFound(f"Run {run_id} does not exist.") from None
-    steps = {step.key: step for step in Step.objects.filter(run=locked).order_by("index")}
+    # Deriving the run's state needs a few columns of every step, read as plain rows; the
+    # step a transition acts on is loaded whole by _step().
+    rows = Step.objects.filter(run=locked).order_by("index").values_list(*SNAPSHOT_FIELDS)
+    steps = {row[2]: StepState(zip(SNAPSHOT_FIELDS, row, strict=True)) for row in rows}
     return locked, steps
 
 
+SNAPSHOT_FIELDS = (
+    "id", "run_id", "key", "index", "title", "status", "kind", "depends_on",
+    "continue_on_failure", "attempt", "retry_after", "rung_at", "approval_group",
+    "last_summary", "started_at",
+)
+# What a transition may change on a step it does not act on (gates opening or closing, a
+# cancel closing every open step).
+SNAPSHOT_WRITABLE = ("waiting_since", "deadline_at", "finished_at", "lease_expires_at")
+
+
+class StepState:
+    """A light, read-mostly view of a step for deriving the run's state.
+
+    Model instances cost most of a transition on runs with many steps; this keeps the
+    columns the derivation reads and saves only what a transition changed.
+    """
+
+    __slots__ = (*SNAPSHOT_FIELDS, *SNAPSHOT_WRITABLE, "_dirty")
+
+    def __init__(self, values) -> None:
+        object.__setattr__(self, "_dirty", set())
+        for name, value in values:
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value) -> None:
+        object.__setattr__(self, name, value)
+        self._dirty.add(name)
+
+    @property
+    def pk(self) -> int:
+        return self.id
+
+    def save(self) -> None:
+        if self._dirty:
+            changes = {name: getattr(self, name) for name in self._dirty}
+            Step.objects.filter(pk=self.id).update(**changes, updated_at=timezone.now())
+            self._dirty.clear()
+
+
 def _step(run: Run, steps: dict[str, Step], key: str) -> Step:
+    """The step a transition acts on, loaded whole (the run row lock is already held)."""
     try:
-        return steps[key]
+        snapshot = steps[key]
     except KeyError:
         raise NotFound(f"Run {run.pk} has no step {key!r}.") from None
+    steps[key] = Step.objects.get(pk=snapshot.pk)
+    return steps[key]
+
+
+def _step_by_id(run: Run, steps: dict[str, Step], step_id: int) -> Step | None:
+    key = next((k for k, s in steps.items() if s.pk == step_id), None)
+    return _step(run, steps, key) if key is not None else None
 
 
 def _settled(step: Step) -> bool:
@@ -160,7 +210,9 @@ def _clear_lease(step: Step) -> None:
 
 def _open_gate(gate: Step, now) -> None:
     """A gate starts waiting on its group, with its deadline if the spec sets one."""
-    approval = gate.config.get("approval", {})
+    config = gate.config if isinstance(gate, Step) else (
+        Step.objects.filter(pk=gate.pk).values_list("config", flat=True).first() or {})
+    approval = config.get("approval", {})
     gate.status = StepStatus.WAITING_APPROVAL
     gate.attempt = max(gate.attempt, 1)
     gate.waiting_since = now
@@ -697,7 +749,7 @@ def expire_lease(step_id: int) -> Checkpoint | None:
         return None
     with transaction.atomic():
         run, steps = _lock(step.run_id)
-        step = next((s for s in steps.values() if s.pk == step_id), None)
+        step = _step_by_id(run, steps, step_id)
         now = timezone.now()
         if (step is None or step.status != StepStatus.RUNNING or step.lease_expires_at is None
                 or step.lease_expires_at > now):
@@ -726,7 +778,7 @@ def expire_gate(step_id: int) -> Checkpoint | None:
         return None
     with transaction.atomic():
         run, steps = _lock(step.run_id)
-        step = next((s for s in steps.values() if s.pk == step_id), None)
+        step = _step_by_id(run, steps, step_id)
         now = timezone.now()
         if (step is None or step.status != StepStatus.WAITING_APPROVAL or run.is_terminal
                 or step.deadline_at is None or step.deadline_at > now):

@@ -36,12 +36,20 @@ def _dag_order(steps: list) -> list:
     return ordered
 
 
+TIMELINE_LATEST = 200
+
+
 def run_context(request, run_id: int) -> dict:
-    """Everything the run page shows, in a constant number of queries."""
+    """Everything the run page shows, in a constant number of queries.
+
+    The timeline shows the latest checkpoints unless the whole of it is asked for.
+    """
     run = get_object_or_404(Run.objects.select_related("spec", "goal", "requested_by"), pk=run_id)
     steps = list(run.steps.order_by("index"))
     approvals = list(Approval.objects.filter(step__run=run).select_related("user"))
-    checkpoints = list(run.checkpoints.select_related("actor").order_by("seq"))
+    whole = request.GET.get("timeline") == "all"
+    first_seq = 1 if whole else max(1, run.checkpoint_seq - TIMELINE_LATEST + 1)
+    checkpoints = list(run.checkpoints.filter(seq__gte=first_seq).order_by("seq"))
     by_step: dict[int, list] = {}
     for approval in approvals:
         by_step.setdefault(approval.step_id, []).append(approval)
@@ -61,6 +69,7 @@ def run_context(request, run_id: int) -> dict:
         "steps": _dag_order(steps),
         "checkpoints": checkpoints,
         "can_cancel": can_cancel(user, run),
+        "earlier_checkpoints": first_seq - 1,
         "is_open": run.status in OPEN_RUN_STATUSES,
     }
 

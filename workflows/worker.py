@@ -51,23 +51,56 @@ def heartbeat(step_id: int, token: str, lease_seconds: float):
         thread.join()
 
 
+# A worker that finishes a step goes straight on with the next ready step of the same run,
+# up to this many, instead of waiting for that step's doorbell to come round the queue.
+CONTINUE_STEPS = 200
+
+
 def run_step(step_id: int) -> str:
-    """Claim and execute one step; returns what happened, for logs and tests."""
+    """Claim and execute one step, then others of its run that are ready; returns what
+    happened to the first, for logs and tests."""
     step = Step.objects.filter(pk=step_id).only("run_id", "key").first()
     if step is None:
         return "missing"
     owner = worker_name()
-    lease = settings.TOLLGATE_LEASE_SECONDS
+    claimed = _claim(step.run_id, step.key, owner)
+    if claimed is None:
+        return "not-ready"
+    outcome = _execute(claimed, owner)
+    for _ in range(CONTINUE_STEPS):
+        claimed = _claim_next(claimed.run_id, owner)
+        if claimed is None:
+            break
+        _execute(claimed, owner)
+    return outcome
+
+
+def _claim(run_id: int, key: str, owner: str) -> Step | None:
     try:
-        step = engine.start_step(step.run_id, step.key, actor=f"worker {owner}", owner=owner,
-                                 lease_seconds=lease)
+        return engine.start_step(run_id, key, actor=f"worker {owner}", owner=owner,
+                                 lease_seconds=settings.TOLLGATE_LEASE_SECONDS)
     except engine.WorkflowError as exc:
         # Taken by another worker, not due, or the run moved on: the doorbell was stale.
-        log.warning("Step %s not started: %s", step_id, exc)
-        return "not-ready"
+        log.info("Step %s of run %s not started: %s", key, run_id, exc)
+        return None
+
+
+def _claim_next(run_id: int, owner: str) -> Step | None:
+    candidates = (Step.objects.filter(run_id=run_id, kind="run",
+                                      status__in=[StepStatus.PENDING, StepStatus.RETRYING])
+                  .order_by("index").values_list("key", flat=True)[:3])
+    for key in candidates:
+        claimed = _claim(run_id, key, owner)
+        if claimed is not None:
+            return claimed
+    return None
+
+
+def _execute(step: Step, owner: str) -> str:
+    """Run a claimed step under its lease and report the outcome with the lease token."""
     run = Run.objects.only("shared_state").get(pk=step.run_id)
     context = {"run_id": step.run_id, "step_key": step.key, "attempt": step.attempt}
-    with heartbeat(step.pk, step.lease_token, lease) as lost:
+    with heartbeat(step.pk, step.lease_token, settings.TOLLGATE_LEASE_SECONDS) as lost:
         outcome = execute(step.config["run"], context=context, shared_state=run.shared_state,
                           stop=lost)
     actor = f"worker {owner}"

@@ -284,6 +284,19 @@ class TestQueryCounts:
         assert small == big
         assert Checkpoint.objects.filter(run=run).count() == 152
 
+    def test_long_timeline_shows_latest_and_offers_all(self, client, release_spec, people,
+                                                       settings, monkeypatch):
+        monkeypatch.setattr("workflows.views.TIMELINE_LATEST", 10)
+        as_user(client, people["bob"])
+        run = engine.open_run(release_spec).run
+        engine.record_transition(run, "build", step_status="running")
+        for i in range(30):
+            engine.record_transition(run, "build", summary=f"progress {i}")
+        body = client.get(f"/runs/{run.pk}/").content.decode()
+        assert "progress 29" in body and "progress 5<" not in body and "Show all 32" in body
+        body = client.get(f"/runs/{run.pk}/?timeline=all").content.decode()
+        assert "progress 5<" in body and "Show all" not in body
+
     def test_pinned_counts(self, client, waiting, people, django_assert_num_queries):
         as_user(client, people["bob"])
         # session, user, run, steps, approvals, checkpoints, groups, two permission

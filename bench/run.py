@@ -1,0 +1,520 @@
+"""`make bench`: what the runtime costs, each figure as a ratio to a floor measured in the same run.
+
+The parent process runs one child per backend (SQLite + SqliteHuey; PostgreSQL + RedisHuey when
+reachable), each against a scratch database of its own, then writes var/bench.json and prints a
+table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VAR = ROOT / "var"
+PG_ADMIN = os.environ.get("BENCH_PG_ADMIN_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+PG_URL = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/tollgate_bench")
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def pct(values, q):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def summary(values) -> dict:
+    return {"median": statistics.median(values), "p95": pct(values, 95), "n": len(values)}
+
+
+# --- child: one backend -----------------------------------------------------------------------
+
+def child(backend: str, out: Path, quick: bool) -> None:
+    var = VAR / f"bench-{backend}"
+    shutil.rmtree(var, ignore_errors=True)
+    var.mkdir(parents=True)
+    env = {"DJANGO_SETTINGS_MODULE": "tollgate.settings", "DEBUG": "0",
+           "SECRET_KEY": "bench-" + "x" * 50, "ALLOWED_HOSTS": "127.0.0.1,testserver",
+           "TOLLGATE_SSL_REDIRECT": "0", "TOLLGATE_SECURE_COOKIES": "0",
+           "TOLLGATE_VAR_DIR": str(var), "TOLLGATE_HUEY_NAME": f"bench-{backend}",
+           "TOLLGATE_NOTIFY": "0", "TOLLGATE_LEASE_SECONDS": "30", "LOG_LEVEL": "WARNING",
+           "TOLLGATE_EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend"}
+    if backend == "sqlite":
+        env["DATABASE_URL"] = f"sqlite:///{var / 'bench.sqlite3'}"
+        env.pop("TOLLGATE_REDIS_URL", None)
+        os.environ.pop("TOLLGATE_REDIS_URL", None)
+    else:
+        import psycopg
+
+        with psycopg.connect(PG_ADMIN.replace("postgres://", "postgresql://"),
+                             autocommit=True) as admin:
+            admin.execute("DROP DATABASE IF EXISTS tollgate_bench WITH (FORCE)")
+            admin.execute("CREATE DATABASE tollgate_bench")
+        env["DATABASE_URL"] = PG_URL
+        env["TOLLGATE_REDIS_URL"] = REDIS_URL
+    os.environ.update(env)
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    call_command("collectstatic", interactive=False, verbosity=0)
+    if backend != "sqlite":
+        from huey.contrib.djhuey import HUEY
+
+        HUEY.storage.flush_all()
+    bench = Bench(backend, env, quick)
+    try:
+        results = bench.run_all()
+    finally:
+        bench.stop_consumers()
+    out.write_text(json.dumps(results, default=str, indent=2))
+
+
+class Bench:
+    def __init__(self, backend: str, env: dict, quick: bool):
+        self.backend, self.env, self.quick = backend, env, quick
+        self.consumers: list[subprocess.Popen] = []
+        self.results: dict = {"backend": backend}
+
+    # consumers ----------------------------------------------------------------------------
+    def start_consumers(self, count: int, workers: int) -> None:
+        for _ in range(count):
+            self.consumers.append(subprocess.Popen(
+                [sys.executable, "manage.py", "run_huey", "--workers", str(workers),
+                 "--worker-type", "thread"], cwd=ROOT, env={**os.environ, **self.env},
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        from workflows.tasks import ping
+
+        ping().get(blocking=True, timeout=30)  # warm: a consumer is up
+
+    def stop_consumers(self) -> None:
+        for proc in self.consumers:
+            proc.terminate()
+        for proc in self.consumers:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.consumers = []
+
+    # floors ---------------------------------------------------------------------------------
+    def floor_transaction_pair(self, n: int) -> float:
+        """Seconds per raw transaction of one UPDATE and one INSERT."""
+        from django.db import connection, transaction
+
+        with connection.cursor() as cursor:
+            cursor.execute("CREATE TABLE IF NOT EXISTS bench_row (id INTEGER PRIMARY KEY, "
+                           "n INTEGER NOT NULL)")
+            cursor.execute("CREATE TABLE IF NOT EXISTS bench_log (id INTEGER NOT NULL, "
+                           "seq INTEGER NOT NULL, note VARCHAR(100) NOT NULL)")
+            cursor.execute("DELETE FROM bench_row")
+            cursor.execute("INSERT INTO bench_row (id, n) VALUES (1, 0)")
+        started = time.perf_counter()
+        for i in range(n):
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("UPDATE bench_row SET n = n + 1 WHERE id = 1")
+                cursor.execute("INSERT INTO bench_log (id, seq, note) VALUES (1, %s, %s)",
+                               [i, "floor"])
+        return (time.perf_counter() - started) / n
+
+    def floor_queue_round_trip(self, n: int) -> list[float]:
+        """Seconds for one raw Huey task: enqueue, run by a consumer, result back."""
+        from workflows.tasks import ping
+
+        trips = []
+        for _ in range(n):
+            started = time.perf_counter()
+            result = ping()
+            while result.get() is None:  # poll tightly: the client must not add delay
+                if time.perf_counter() - started > 30:
+                    raise RuntimeError("no consumer answered")
+                time.sleep(0.0005)
+            trips.append(time.perf_counter() - started)
+        return trips
+
+    # workloads ------------------------------------------------------------------------------
+    def run_to_end(self, spec, timeout: float = 600) -> float:
+        from workflows import engine
+        from workflows.models import Run
+
+        started = time.perf_counter()
+        run = engine.open_run(spec).run
+        while time.perf_counter() - started < timeout:
+            status = Run.objects.filter(pk=run.pk).values_list("status", flat=True)[0]
+            if status in ("completed", "failed", "cancelled"):
+                assert status == "completed", f"benchmark run ended {status}"
+                return time.perf_counter() - started
+            time.sleep(0.01)
+        raise RuntimeError("benchmark run did not finish")
+
+    def step_overhead(self) -> None:
+        from workflows.specs import store_spec
+
+        linear_n, fan_n = (100, 50) if self.quick else (500, 200)
+        noop = {"callable": "workflows.callables.noop"}
+        linear = store_spec({"name": "bench-linear", "steps": [
+            {"key": f"s{i}", "run": noop, **({"depends_on": [f"s{i - 1}"]} if i else {})}
+            for i in range(linear_n)]})[0]
+        fan = store_spec({"name": "bench-fan", "steps": [
+            {"key": f"s{i}", "run": noop} for i in range(fan_n)]})[0]
+        txn = self.floor_transaction_pair(500)
+        trips = self.floor_queue_round_trip(50)
+        floor = txn + statistics.median(trips)
+        linear_s = self.run_to_end(linear)
+        fan_s = self.run_to_end(fan)
+        self.results["floor"] = {"transaction_pair_ms": txn * 1e3,
+                                 "queue_round_trip_ms": summary([t * 1e3 for t in trips]),
+                                 "per_step_floor_ms": floor * 1e3}
+        self.results["linear"] = {"steps": linear_n, "seconds": linear_s,
+                                  "per_step_ms": linear_s / linear_n * 1e3,
+                                  "ratio_to_floor": linear_s / linear_n / floor}
+        self.results["fan_out"] = {"steps": fan_n, "seconds": fan_s,
+                                   "per_step_ms": fan_s / fan_n * 1e3,
+                                   "ratio_to_floor": fan_s / fan_n / floor}
+
+    def approval_round_trip(self) -> None:
+        from django.contrib.auth.models import Group, User
+        from django.test import Client
+        from django.utils import timezone
+
+        from workflows import engine
+        from workflows.models import Step
+        from workflows.specs import store_spec
+
+        spec = store_spec({"name": "bench-gate", "steps": [
+            {"key": "gate", "approval": {"group": "bench-qa"}},
+            {"key": "next", "depends_on": ["gate"],
+             "run": {"callable": "workflows.callables.noop"}}]})[0]
+        approver, _ = User.objects.get_or_create(username="bench-approver")
+        approver.groups.add(Group.objects.get_or_create(name="bench-qa")[0])
+        client = Client()
+        client.force_login(approver)
+        latencies = []
+        for _ in range(15 if self.quick else 40):
+            run = engine.open_run(spec).run
+            time.sleep(0.05)
+            pressed = timezone.now()
+            response = client.post(f"/runs/{run.pk}/steps/gate/approve/",
+                                   HTTP_HX_REQUEST="true")
+            assert response.status_code == 200, response.status_code
+            deadline = time.perf_counter() + 10
+            while time.perf_counter() < deadline:
+                started = Step.objects.filter(run=run, key="next").values_list(
+                    "started_at", flat=True)[0]
+                if started:
+                    latencies.append((started - pressed).total_seconds() * 1e3)
+                    break
+                time.sleep(0.002)
+        floor = self.floor_queue_round_trip(20)
+        self.results["approval_round_trip_ms"] = {
+            **summary(latencies), "floor_queue_round_trip_ms": statistics.median(floor) * 1e3,
+            "ratio_to_floor": statistics.median(latencies) / (statistics.median(floor) * 1e3),
+            "target_median_ms": 100, "meets_target": statistics.median(latencies) < 100}
+
+    def pages(self) -> None:
+        from django.contrib.auth.models import User
+        from django.db import connection
+        from django.test import Client
+        from django.test.utils import CaptureQueriesContext
+
+        from goals.models import Goal
+        from workflows import engine
+        from workflows.models import Checkpoint, WorkflowSpec
+
+        viewer, _ = User.objects.get_or_create(username="bench-viewer")
+        client = Client()
+        client.force_login(viewer)
+
+        def measure(url, n=20):
+            connection.queries_log.clear()
+            with CaptureQueriesContext(connection) as queries:
+                assert client.get(url).status_code == 200, url
+            times = []
+            for _ in range(n):
+                started = time.perf_counter()
+                client.get(url)
+                times.append((time.perf_counter() - started) * 1e3)
+            return {"queries": len(queries), **summary(times)}
+
+        def grow_goals(total):
+            root = Goal.objects.create(title=f"Bench root {total}")
+            teams = Goal.objects.bulk_create(Goal(title=f"Team {i}", parent=root)
+                                             for i in range(max(total // 100, 1)))
+            Goal.objects.bulk_create(Goal(title=f"Goal {t.pk}.{j}", parent=t)
+                                     for t in teams for j in range(99))
+            return root
+
+        def grow_checkpoints(count):
+            spec = WorkflowSpec.objects.get(name="bench-gate")
+            run = engine.open_run(spec).run
+            Checkpoint.objects.bulk_create(
+                Checkpoint(run=run, seq=run.checkpoint_seq + 1 + i, kind="transition",
+                           run_status="waiting_approval", actor_name="bench",
+                           summary=f"progress {i}", evidence={"stdout": "x" * 80})
+                for i in range(count - 1))
+            type(run).objects.filter(pk=run.pk).update(checkpoint_seq=count)
+            return run
+
+        floor = measure("/healthz", 50)
+        small_root, small_run = grow_goals(100), grow_checkpoints(20)
+        small = {"goal_tree": measure("/goals/"),
+                 "goal_page": measure(f"/goals/{small_root.pk}/"),
+                 "progress": measure(f"/goals/{small_root.pk}/progress/", 10),
+                 "run_page": measure(f"/runs/{small_run.pk}/")}
+        big_root, big_run = grow_goals(10_000), grow_checkpoints(2_000)
+        big = {"goal_tree": measure("/goals/"), "goal_page": measure(f"/goals/{big_root.pk}/"),
+               "progress": measure(f"/goals/{big_root.pk}/progress/", 10),
+               "run_page": measure(f"/runs/{big_run.pk}/", 10)}
+        self.results["pages"] = {
+            "goals": Goal.objects.count(), "run_checkpoints": 2_000,
+            "floor_healthz": floor, "small": small, "large": big,
+            "queries_independent_of_size": all(
+                small[k]["queries"] == big[k]["queries"] for k in small),
+            "ratio_to_floor": {k: v["median"] / floor["median"] for k, v in big.items()}}
+
+    def sweeper(self) -> None:
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        from workflows import sweeper
+        from workflows.models import Run, Step, WorkflowSpec
+
+        spec = WorkflowSpec.objects.get(name="bench-fan")
+        per_run = 100
+
+        def add_steps(total: int, expired: int) -> None:
+            runs = Run.objects.bulk_create(
+                Run(spec=spec, spec_name=spec.name, status="running", title="sweep")
+                for _ in range(total // per_run))
+            now = timezone.now()
+            steps = []
+            for r_index, run in enumerate(runs):
+                for i in range(per_run):
+                    dead = r_index * per_run + i < expired
+                    steps.append(Step(
+                        run=run, key=f"s{i}", index=i, kind="run", config={"key": f"s{i}"},
+                        status="running" if dead else "completed", attempt=1,
+                        lease_token="t" if dead else "", lease_owner="gone" if dead else "",
+                        lease_expires_at=now - timedelta(seconds=60) if dead else None))
+            Step.objects.bulk_create(steps, batch_size=5000)
+
+        def timed_sweep() -> float:
+            started = time.perf_counter()
+            report = sweeper.sweep(limit=5000)
+            seconds = time.perf_counter() - started
+            assert report.expired == 1000, report
+            return seconds
+
+        def timed_scan() -> float:
+            started = time.perf_counter()
+            ids = sweeper.expired_lease_ids(timezone.now(), 5000)
+            seconds = time.perf_counter() - started
+            assert len(ids) == 1000
+            return seconds
+
+        n = 20_000 if self.quick else 100_000
+        add_steps(n, 1000)
+        scan_1 = timed_scan()
+        sweep_1 = timed_sweep()
+        add_steps(n, 1000)  # the table doubles; 1,000 leases expire again
+        scan_2 = timed_scan()
+        sweep_2 = timed_sweep()
+        txn = self.floor_transaction_pair(1000) * 1000
+        self.results["sweeper"] = {
+            "steps_before": n, "steps_after": 2 * n, "expired_each_time": 1000,
+            "scan_ms": [scan_1 * 1e3, scan_2 * 1e3], "sweep_s": [sweep_1, sweep_2],
+            "growth_when_table_doubles": sweep_2 / sweep_1,
+            "scan_growth_when_table_doubles": scan_2 / scan_1,
+            "floor_1000_transaction_pairs_s": txn, "ratio_to_floor": sweep_2 / txn}
+
+    def http(self) -> None:
+        import http.client
+        import socket
+        import threading
+
+        from django.contrib.auth.models import Group, User
+        from django.test import Client
+
+        from workflows import engine
+        from workflows.models import WorkflowSpec
+
+        spec = WorkflowSpec.objects.get(name="bench-gate")
+        user, _ = User.objects.get_or_create(username="bench-http")
+        user.groups.add(Group.objects.get(name="bench-qa"))
+        runs = [engine.open_run(spec).run.pk for _ in range(300 if self.quick else 1000)]
+        client = Client()
+        client.force_login(user)
+        client.get("/")
+        cookie = f"sessionid={client.cookies['sessionid'].value}; " \
+                 f"csrftoken={client.cookies['csrftoken'].value}"
+        csrf = client.cookies["csrftoken"].value
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        web = subprocess.Popen(
+            [str(Path(sys.executable).with_name("gunicorn")), "tollgate.wsgi", "--bind",
+             f"127.0.0.1:{port}", "--workers", "2", "--log-level", "warning"],
+            cwd=ROOT, env={**os.environ, **self.env}, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(100):
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+
+            def load(paths, method="GET", seconds=5.0, clients=8):
+                done, errors = [], []
+                stop = time.perf_counter() + seconds
+                pending = list(paths)
+                lock = threading.Lock()
+
+                def worker():
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                    while time.perf_counter() < stop:
+                        with lock:
+                            if not pending:
+                                return
+                            path = pending.pop() if method == "POST" else pending[0]
+                        conn.request(method, path, headers={
+                            "Cookie": cookie, "X-CSRFToken": csrf, "HX-Request": "true",
+                            "Host": "127.0.0.1"})
+                        response = conn.getresponse()
+                        response.read()
+                        (done if response.status < 400 else errors).append(response.status)
+
+                started = time.perf_counter()
+                threads = [threading.Thread(target=worker) for _ in range(clients)]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                elapsed = time.perf_counter() - started
+                return {"requests": len(done), "errors": len(errors), "seconds": elapsed,
+                        "rps": len(done) / elapsed}
+
+            floor = load(["/healthz"])
+            page = load([f"/runs/{runs[0]}/"])
+            approve = load([f"/runs/{pk}/steps/gate/approve/" for pk in runs], "POST")
+            self.results["http"] = {
+                "clients": 8, "gunicorn_workers": 2, "floor_healthz": floor,
+                "run_page": page, "approve": approve,
+                "ratio_to_floor": {"run_page": page["rps"] / floor["rps"],
+                                   "approve": approve["rps"] / floor["rps"]}}
+        finally:
+            web.terminate()
+            web.wait(timeout=10)
+
+    def run_all(self) -> dict:
+        self.start_consumers(2, 2)
+        self.step_overhead()
+        self.approval_round_trip()
+        self.stop_consumers()
+        self.pages()
+        self.sweeper()
+        self.http()
+        return self.results
+
+
+# --- parent -------------------------------------------------------------------------------
+
+def pg_available() -> bool:
+    try:
+        import psycopg
+        import redis
+
+        psycopg.connect(PG_ADMIN.replace("postgres://", "postgresql://"), connect_timeout=2
+                        ).close()
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+        return True
+    except Exception:
+        return False
+
+
+def table(results: list[dict]) -> str:
+    lines = [f"{'measure':<44}" + "".join(f"{r['backend']:>22}" for r in results)]
+
+    def row(label, fn):
+        cells = []
+        for r in results:
+            try:
+                cells.append(fn(r))
+            except (KeyError, TypeError, ZeroDivisionError):
+                cells.append("-")
+        lines.append(f"{label:<44}" + "".join(f"{c:>22}" for c in cells))
+
+    row("floor per step (txn pair + queue trip) ms",
+        lambda r: f"{r['floor']['per_step_floor_ms']:.2f}")
+    row("linear 500 no-op steps: ms/step (x floor)",
+        lambda r: f"{r['linear']['per_step_ms']:.2f} ({r['linear']['ratio_to_floor']:.2f}x)")
+    row("fan-out 200 steps: ms/step (x floor)",
+        lambda r: f"{r['fan_out']['per_step_ms']:.2f} ({r['fan_out']['ratio_to_floor']:.2f}x)")
+    row("approve -> next step started: median ms",
+        lambda r: f"{r['approval_round_trip_ms']['median']:.1f}")
+    row("approve -> next step started: p95 ms",
+        lambda r: f"{r['approval_round_trip_ms']['p95']:.1f}")
+    for page in ("goal_tree", "goal_page", "run_page"):
+        row(f"{page}: queries small -> large",
+            lambda r, p=page: f"{r['pages']['small'][p]['queries']} -> "
+                              f"{r['pages']['large'][p]['queries']}")
+        row(f"{page} (large): median/p95 ms",
+            lambda r, p=page: f"{r['pages']['large'][p]['median']:.1f}/"
+                              f"{r['pages']['large'][p]['p95']:.1f}")
+    row("progress (10k goals): queries, median ms",
+        lambda r: f"{r['pages']['large']['progress']['queries']}, "
+                  f"{r['pages']['large']['progress']['median']:.1f}")
+    row("sweep 1000 expired: s at N, 2N steps",
+        lambda r: f"{r['sweeper']['sweep_s'][0]:.2f}, {r['sweeper']['sweep_s'][1]:.2f}")
+    row("sweep growth when table doubles",
+        lambda r: f"{r['sweeper']['growth_when_table_doubles']:.2f}x")
+    row("expired-lease scan ms at N, 2N",
+        lambda r: f"{r['sweeper']['scan_ms'][0]:.1f}, {r['sweeper']['scan_ms'][1]:.1f}")
+    row("HTTP /healthz floor req/s", lambda r: f"{r['http']['floor_healthz']['rps']:.0f}")
+    row("HTTP run page req/s (x floor)",
+        lambda r: f"{r['http']['run_page']['rps']:.0f} "
+                  f"({r['http']['ratio_to_floor']['run_page']:.2f}x)")
+    row("HTTP approve req/s (x floor)",
+        lambda r: f"{r['http']['approve']['rps']:.0f} "
+                  f"({r['http']['ratio_to_floor']['approve']:.2f}x)")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--backend", choices=["sqlite", "postgres"])
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    parser.add_argument("--only", choices=["sqlite", "postgres"])
+    args = parser.parse_args()
+    if args.backend:
+        child(args.backend, args.out, args.quick)
+        return
+    backends = [args.only] if args.only else ["sqlite"] + (["postgres"] if pg_available()
+                                                          else [])
+    results = []
+    for backend in backends:
+        out = VAR / f"bench-{backend}.json"
+        print(f"benchmarking {backend} ...", flush=True)
+        subprocess.run([sys.executable, __file__, "--backend", backend, "--out", str(out)]
+                       + (["--quick"] if args.quick else []), check=True, cwd=ROOT)
+        results.append(json.loads(out.read_text()))
+    report = {"generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "quick": args.quick,
+              "machine": {"cpus": os.cpu_count()}, "results": results}
+    (VAR / "bench.json").write_text(json.dumps(report, indent=2, default=str))
+    print(table(results))
+    print(f"\nwritten to {VAR / 'bench.json'}")
+
+
+if __name__ == "__main__":
+    main()
