@@ -461,21 +461,31 @@ def _stale(run, steps, step, actor, lease_token, what: str) -> Checkpoint:
     )
 
 
+def _reported_step(run, steps, key: str, actor, lease_token, verb: str, gate_verb: str):
+    """(step, None) for a step a worker or agent may report on now, or (step, checkpoint)
+    when the report carries a lease token that is no longer current."""
+    step = _step(run, steps, key)
+    if lease_token is not None and (
+        step.lease_token != lease_token or step.status != StepStatus.RUNNING
+    ):
+        outcome = {"complete": "completed", "fail": "failed"}[verb]
+        return step, _stale(run, steps, step, actor, lease_token, outcome)
+    _require_open(run, f"{verb} {key}")
+    if step.kind == StepKind.APPROVAL:
+        raise IllegalTransition(f"{key} is an approval gate; {gate_verb} it instead.")
+    if step.status not in (StepStatus.RUNNING, StepStatus.BLOCKED):
+        raise IllegalTransition(f"Cannot {verb} {key}: it is {step.status}.")
+    return step, None
+
+
 def complete_step(run, key: str, *, actor=None, summary: str = "", evidence=None,
                   state_patch=None, lease_token: str | None = None) -> Checkpoint:
     """Finish a running step successfully, merging its state patch into the run."""
     with transaction.atomic():
         run, steps = _lock(run)
-        step = _step(run, steps, key)
-        if lease_token is not None and (
-            step.lease_token != lease_token or step.status != StepStatus.RUNNING
-        ):
-            return _stale(run, steps, step, actor, lease_token, "completed")
-        _require_open(run, f"complete {key}")
-        if step.kind == StepKind.APPROVAL:
-            raise IllegalTransition(f"{key} is an approval gate; approve it instead.")
-        if step.status not in (StepStatus.RUNNING, StepStatus.BLOCKED):
-            raise IllegalTransition(f"Cannot complete {key}: it is {step.status}.")
+        step, stale = _reported_step(run, steps, key, actor, lease_token, "complete", "approve")
+        if stale:
+            return stale
         patch = _merge_state(run, state_patch)
         step.status = StepStatus.COMPLETED
         step.finished_at = timezone.now()
@@ -493,16 +503,9 @@ def fail_step(run, key: str, *, actor=None, summary: str = "", evidence=None,
     """Fail a running step: it retries while attempts remain, else it fails."""
     with transaction.atomic():
         run, steps = _lock(run)
-        step = _step(run, steps, key)
-        if lease_token is not None and (
-            step.lease_token != lease_token or step.status != StepStatus.RUNNING
-        ):
-            return _stale(run, steps, step, actor, lease_token, "failed")
-        _require_open(run, f"fail {key}")
-        if step.kind == StepKind.APPROVAL:
-            raise IllegalTransition(f"{key} is an approval gate; reject it instead.")
-        if step.status not in (StepStatus.RUNNING, StepStatus.BLOCKED):
-            raise IllegalTransition(f"Cannot fail {key}: it is {step.status}.")
+        step, stale = _reported_step(run, steps, key, actor, lease_token, "fail", "reject")
+        if stale:
+            return stale
         return _fail(run, steps, step, actor, summary, evidence, retryable)
 
 
