@@ -24,8 +24,10 @@ PRODUCTION = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50),
 
 def test_check_deploy_is_clean_with_production_settings(tmp_path):
     env = {**consumer_env(), **PRODUCTION, "TOLLGATE_VAR_DIR": str(tmp_path)}
-    env.pop("TOLLGATE_SSL_REDIRECT", None)
-    env.pop("TOLLGATE_SECURE_COOKIES", None)
+    # Only what a production deployment sets: no test conveniences leak into the check.
+    for name in ("TOLLGATE_SSL_REDIRECT", "TOLLGATE_SECURE_COOKIES", "TOLLGATE_EMAIL_BACKEND",
+                 "DJANGO_ALLOW_ASYNC_UNSAFE"):
+        env.pop(name, None)
     result = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
