@@ -51,14 +51,8 @@ def heartbeat(step_id: int, token: str, lease_seconds: float):
         thread.join()
 
 
-# A worker that finishes a step goes straight on with the next ready step of the same run,
-# up to this many, instead of waiting for that step's doorbell to come round the queue.
-CONTINUE_STEPS = 200
-
-
 def run_step(step_id: int) -> str:
-    """Claim and execute one step, then others of its run that are ready; returns what
-    happened to the first, for logs and tests."""
+    """Claim and execute one step; returns what happened, for logs and tests."""
     step = Step.objects.filter(pk=step_id).only("run_id", "key").first()
     if step is None:
         return "missing"
@@ -66,13 +60,7 @@ def run_step(step_id: int) -> str:
     claimed = _claim(step.run_id, step.key, owner)
     if claimed is None:
         return "not-ready"
-    outcome = _execute(claimed, owner)
-    for _ in range(CONTINUE_STEPS):
-        claimed = _claim_next(claimed.run_id, owner)
-        if claimed is None:
-            break
-        _execute(claimed, owner)
-    return outcome
+    return _execute(claimed, owner)
 
 
 def _claim(run_id: int, key: str, owner: str) -> Step | None:
@@ -83,17 +71,6 @@ def _claim(run_id: int, key: str, owner: str) -> Step | None:
         # Taken by another worker, not due, or the run moved on: the doorbell was stale.
         log.info("Step %s of run %s not started: %s", key, run_id, exc)
         return None
-
-
-def _claim_next(run_id: int, owner: str) -> Step | None:
-    candidates = (Step.objects.filter(run_id=run_id, kind="run",
-                                      status__in=[StepStatus.PENDING, StepStatus.RETRYING])
-                  .order_by("index").values_list("key", flat=True)[:3])
-    for key in candidates:
-        claimed = _claim(run_id, key, owner)
-        if claimed is not None:
-            return claimed
-    return None
 
 
 def _execute(step: Step, owner: str) -> str:

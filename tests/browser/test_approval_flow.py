@@ -84,7 +84,8 @@ def test_every_page_renders_and_is_captured(page, shoot, waiting_run):
     for name, url in [("goals", "/goals/"), ("runs", "/runs/"),
                       ("goal", f"/goals/{waiting_run.goal_id}/"),
                       ("run-operator", f"/runs/{waiting_run.pk}/"),
-                      ("cancel-confirm", f"/runs/{waiting_run.pk}/cancel/")]:
+                      ("cancel-confirm", f"/runs/{waiting_run.pk}/cancel/"),
+                      ("progress", "/goals/progress/"), ("tokens", "/profile/")]:
         page.goto(url)
         shoot(name)
     page.goto("/goals/")
