@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -745,14 +746,21 @@ def renew_lease(step_id: int, token: str, seconds: float) -> bool:
     )
 
 
+@contextmanager
+def _locked_by_step_id(step_id: int):
+    """(run, steps, step) in a transaction holding the run's lock; step None if gone."""
+    run_id = Step.objects.filter(pk=step_id).values_list("run_id", flat=True).first()
+    with transaction.atomic():
+        if run_id is None:
+            yield None, {}, None
+            return
+        run, steps = _lock(run_id)
+        yield run, steps, _step_by_id(run, steps, step_id)
+
+
 def expire_lease(step_id: int) -> Checkpoint | None:
     """The sweeper's move: a running step whose lease ran out retries or fails."""
-    step = Step.objects.filter(pk=step_id).only("run_id").first()
-    if step is None:
-        return None
-    with transaction.atomic():
-        run, steps = _lock(step.run_id)
-        step = _step_by_id(run, steps, step_id)
+    with _locked_by_step_id(step_id) as (run, steps, step):
         now = timezone.now()
         if (step is None or step.status != StepStatus.RUNNING or step.lease_expires_at is None
                 or step.lease_expires_at > now):
@@ -776,12 +784,7 @@ def record_compensation(run, key: str, *, ok: bool, summary: str = "",
 
 def expire_gate(step_id: int) -> Checkpoint | None:
     """A gate past its deadline is rejected or escalated, as its spec says."""
-    step = Step.objects.filter(pk=step_id).only("run_id").first()
-    if step is None:
-        return None
-    with transaction.atomic():
-        run, steps = _lock(step.run_id)
-        step = _step_by_id(run, steps, step_id)
+    with _locked_by_step_id(step_id) as (run, steps, step):
         now = timezone.now()
         if (step is None or step.status != StepStatus.WAITING_APPROVAL or run.is_terminal
                 or step.deadline_at is None or step.deadline_at > now):
