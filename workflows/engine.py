@@ -21,7 +21,6 @@ from django.utils import timezone
 from goals.models import Goal
 
 from .models import (
-    TERMINAL_RUN_STATUSES,
     Approval,
     Checkpoint,
     Decision,
@@ -853,11 +852,3 @@ def resume_state(run) -> dict:
         return answer("ready", True, ready[0], f"{ready[0].title} is ready to start.")
     return answer(run.status, False, None, f"Run {run.pk} is {run.status}.")
 
-
-__all__ = [
-    "AGENT_STATUSES", "IllegalTransition", "InvalidInput", "NotFound", "NotPermitted",
-    "Opened", "WorkflowError", "approve", "cancel_run", "complete_step", "derive_run_status",
-    "expire_lease", "fail_step", "open_run", "ready_steps", "record_transition",
-    "reject", "renew_lease", "resume_state", "retry_delay", "retry_step", "skip_step",
-    "start_step", "TERMINAL_RUN_STATUSES",
-]

@@ -13,7 +13,7 @@ from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from . import engine
-from .executors import execute, run_process
+from .executors import execute
 from .models import Run, Step, StepStatus
 
 log = logging.getLogger(__name__)
@@ -112,13 +112,8 @@ def compensate_run(run_id: int) -> list[str]:
             Step.objects.filter(pk=step.pk).update(compensated_at=None)
             break  # retried meanwhile: no longer ours to undo
         context = {"run_id": run_id, "step_key": step.key, "attempt": step.attempt}
-        action = step.compensation
-        if "callable" in action:
-            outcome = execute(action, context=context, shared_state=run.shared_state,
-                              stop=threading.Event())
-        else:
-            outcome = run_process(action, context=context, shared_state=run.shared_state,
-                                  stop=threading.Event())
+        outcome = execute(step.compensation, context=context, shared_state=run.shared_state,
+                          stop=threading.Event())
         engine.record_compensation(run_id, step.key, ok=outcome.ok, summary=outcome.summary,
                                    evidence=outcome.evidence)
         done.append(step.key)
