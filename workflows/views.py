@@ -54,9 +54,9 @@ def run_context(request, run_id: int) -> dict:
     for approval in approvals:
         by_step.setdefault(approval.step_id, []).append(approval)
     user = request.user
+    attempts = {s.pk: s.attempt for s in steps}
     decided = {a.step_id for a in approvals
-               if a.user_id == user.pk and a.attempt == next(
-                   s.attempt for s in steps if s.pk == a.step_id)}
+               if a.user_id == user.pk and a.attempt == attempts[a.step_id]}
     keys = {s.pk: s.key for s in steps}
     for step in steps:
         step.decisions = by_step.get(step.pk, [])
