@@ -89,7 +89,10 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'tollgate.sqlite3'}"),
-        conn_max_age=int(os.environ.get("TOLLGATE_CONN_MAX_AGE", "0")),
+        # Workers run many short tasks: reopening a PostgreSQL connection for each would cost
+        # more than the task. Health checks replace a connection the server dropped.
+        conn_max_age=int(os.environ.get("TOLLGATE_CONN_MAX_AGE", "300")),
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

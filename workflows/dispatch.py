@@ -11,14 +11,19 @@ from .models import Step
 log = logging.getLogger(__name__)
 
 
-def ring(step_ids) -> None:
+def mark_rung(step_ids, retries=()) -> None:
+    """Record that the queue is rung for these steps now and for each retry at its eta."""
+    step_ids = list(step_ids)
+    if step_ids:
+        Step.objects.filter(pk__in=step_ids).update(rung_at=timezone.now())
+    for step_id, eta in retries:
+        Step.objects.filter(pk=step_id).update(rung_at=eta)
+
+
+def enqueue(step_ids) -> None:
     """Ask a worker to try each step now; a lost message is found again by the sweeper."""
     from .tasks import run_step
 
-    step_ids = list(step_ids)
-    if not step_ids:
-        return
-    Step.objects.filter(pk__in=step_ids).update(rung_at=timezone.now())
     for step_id in step_ids:
         try:
             run_step(step_id)
@@ -26,15 +31,21 @@ def ring(step_ids) -> None:
             log.exception("Could not enqueue step %s; the sweeper will ring again", step_id)
 
 
-def ring_at(step_id: int, eta) -> None:
+def enqueue_at(step_id: int, eta) -> None:
     """Ask a worker to try a step at `eta` (a scheduled retry)."""
     from .tasks import run_step
 
-    Step.objects.filter(pk=step_id).update(rung_at=eta)
     try:
         run_step.schedule(args=(step_id,), eta=eta)
     except Exception:
         log.exception("Could not schedule step %s; the sweeper will ring again", step_id)
+
+
+def ring(step_ids) -> None:
+    """Mark the steps rung and ask a worker to try each now."""
+    step_ids = list(step_ids)
+    mark_rung(step_ids)
+    enqueue(step_ids)
 
 
 def compensate(run_id: int) -> None:

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from goals.models import Goal
 
 from .models import (
+    STEP_FRONTIER,
     Approval,
     Checkpoint,
     Decision,
@@ -65,42 +67,79 @@ def _actor(actor) -> tuple[object | None, str]:
     return actor, actor.get_username()
 
 
-def _lock(run) -> tuple[Run, dict[str, Step]]:
+def _lock(run) -> Run:
+    """The run row, locked until the transaction ends: it serialises the run's transitions."""
     run_id = run.pk if isinstance(run, Run) else run
     try:
-        locked = Run.objects.select_for_update().get(pk=run_id)
+        return Run.objects.select_for_update().get(pk=run_id)
     except (Run.DoesNotExist, ValueError, TypeError):
         raise NotFound(f"Run {run_id} does not exist.") from None
-    # Deriving the run's state needs a few columns of every step, read as plain rows; the
-    # step a transition acts on is loaded whole by _step().
-    rows = Step.objects.filter(run=locked).order_by("index").values_list(*SNAPSHOT_FIELDS)
-    steps = {row[2]: StepState(zip(SNAPSHOT_FIELDS, row, strict=True)) for row in rows}
-    return locked, steps
 
 
-SNAPSHOT_FIELDS = (
-    "id", "run_id", "key", "index", "title", "status", "kind", "depends_on",
-    "continue_on_failure", "attempt", "retry_after", "rung_at", "approval_group",
-    "last_summary", "started_at",
+def _settled(step) -> bool:
+    return step.status in (StepStatus.COMPLETED, StepStatus.SKIPPED) or (
+        step.status == StepStatus.FAILED and step.continue_on_failure
+    )
+
+
+def _load(run: Run, **lookup) -> Step | None:
+    """A step of a locked run, read after the lock so that it is current."""
+    hard_failure = Step.objects.filter(run=OuterRef("run"), status=StepStatus.FAILED,
+                                       continue_on_failure=False)
+    step = (Step.objects.filter(run=run, **lookup)
+            .annotate(run_has_hard_failure=Exists(hard_failure)).first())
+    if step is not None:
+        step.run = run
+        # A commit saves only the columns that changed, and tells the step's dependents
+        # when it settled or reopened.
+        step.as_loaded = {name: getattr(step, name) for name in STEP_COLUMNS}
+        step.settled_when_loaded = _settled(step)
+    return step
+
+
+STEP_COLUMNS = tuple(f.attname for f in Step._meta.concrete_fields if f.name != "updated_at")
+# The run columns a transition may change.
+RUN_COLUMNS = ("status", "shared_state", "error", "started_at", "finished_at", "current_step",
+               "next_action", "checkpoint_seq", "updated_at")
+
+
+def _save_step(step: Step) -> None:
+    changed = [name for name in STEP_COLUMNS if getattr(step, name) != step.as_loaded[name]]
+    if changed:
+        step.save(update_fields=[*changed, "updated_at"])
+        step.as_loaded.update((name, getattr(step, name)) for name in changed)
+
+
+def _step(run: Run, key: str) -> Step:
+    """The step a transition acts on (the run row lock is already held)."""
+    step = _load(run, key=key)
+    if step is None:
+        raise NotFound(f"Run {run.pk} has no step {key!r}.")
+    return step
+
+
+OPEN_STEP_STATUSES = (StepStatus.RUNNING, StepStatus.RETRYING, StepStatus.WAITING_APPROVAL,
+                      StepStatus.BLOCKED)
+SETTLED = Q(status__in=[StepStatus.COMPLETED, StepStatus.SKIPPED]) | Q(
+    status=StepStatus.FAILED, continue_on_failure=True)
+FRONTIER_FIELDS = (
+    "id", "key", "index", "title", "status", "kind", "continue_on_failure", "attempt",
+    "retry_after", "rung_at", "approval_group", "last_summary", "waiting_on",
 )
-# What a transition may change on a step it does not act on (gates opening or closing, a
-# cancel closing every open step).
-SNAPSHOT_WRITABLE = ("waiting_since", "deadline_at", "finished_at", "lease_expires_at")
+# What a commit may change on a frontier step it does not act on (gates opening or closing).
+FRONTIER_WRITABLE = ("waiting_since", "deadline_at")
 
 
 class StepState:
-    """A light, read-mostly view of a step for deriving the run's state.
+    """A light view of a frontier step: model instances would cost most of a commit."""
 
-    Model instances cost most of a transition on runs with many steps; this keeps the
-    columns the derivation reads and saves only what a transition changed.
-    """
+    __slots__ = (*FRONTIER_FIELDS, *FRONTIER_WRITABLE, "settled_when_loaded", "_dirty")
 
-    __slots__ = (*SNAPSHOT_FIELDS, *SNAPSHOT_WRITABLE, "_dirty")
-
-    def __init__(self, values) -> None:
+    def __init__(self, row) -> None:
         object.__setattr__(self, "_dirty", set())
-        for name, value in values:
+        for name, value in zip(FRONTIER_FIELDS, row, strict=True):
             object.__setattr__(self, name, value)
+        object.__setattr__(self, "settled_when_loaded", _settled(self))
 
     def __setattr__(self, name: str, value) -> None:
         object.__setattr__(self, name, value)
@@ -117,33 +156,22 @@ class StepState:
             self._dirty.clear()
 
 
-def _step(run: Run, steps: dict[str, Step], key: str) -> Step:
-    """The step a transition acts on, loaded whole (the run row lock is already held)."""
-    try:
-        snapshot = steps[key]
-    except KeyError:
-        raise NotFound(f"Run {run.pk} has no step {key!r}.") from None
-    steps[key] = Step.objects.get(pk=snapshot.pk)
-    return steps[key]
+def _frontier(run: Run, query=STEP_FRONTIER, limit: int | None = None) -> list[StepState]:
+    rows = Step.objects.filter(query, run=run).order_by("index").values_list(*FRONTIER_FIELDS)
+    return [StepState(row) for row in (rows[:limit] if limit else rows)]
 
 
-def _step_by_id(run: Run, steps: dict[str, Step], step_id: int) -> Step | None:
-    key = next((k for k, s in steps.items() if s.pk == step_id), None)
-    return _step(run, steps, key) if key is not None else None
+def _tell_dependents(run: Run, steps) -> None:
+    """Keep each dependent's count of unsettled dependencies as steps settle or reopen."""
+    for step in steps:
+        settled = _settled(step)
+        if settled != step.settled_when_loaded and step.dependents:
+            Step.objects.filter(run=run, key__in=step.dependents).update(
+                waiting_on=F("waiting_on") + (-1 if settled else 1))
 
 
-def _settled(step: Step) -> bool:
-    return step.status in (StepStatus.COMPLETED, StepStatus.SKIPPED) or (
-        step.status == StepStatus.FAILED and step.continue_on_failure
-    )
-
-
-def _deps_settled(step: Step, steps: dict[str, Step]) -> bool:
-    return all(_settled(steps[dep]) for dep in step.depends_on)
-
-
-def _hard_failure(steps: dict[str, Step]) -> Step | None:
-    for step in steps.values():
+def _hard_failure(steps) -> Step | None:
+    for step in steps:
         if step.status == StepStatus.FAILED and not step.continue_on_failure:
             return step
     return None
@@ -154,42 +182,56 @@ def _require_open(run: Run, action: str) -> None:
         raise IllegalTransition(f"Cannot {action}: run {run.pk} is {run.status}.")
 
 
-def derive_run_status(run: Run, steps: dict[str, Step]) -> str:
-    """The run's status as its steps imply it."""
+def _run_status(run: Run, frontier, *, unsettled: bool, moved: bool) -> str:
     if run.status == RunStatus.CANCELLED:
         return RunStatus.CANCELLED
-    values = list(steps.values())
-    if all(_settled(step) for step in values):
+    if not unsettled:
         return RunStatus.COMPLETED
-    active = any(s.status in (StepStatus.RUNNING, StepStatus.RETRYING) for s in values)
-    if _hard_failure(steps) and not active:
-        return RunStatus.FAILED
+    statuses = {step.status for step in frontier}
+    active = bool(statuses & {StepStatus.RUNNING, StepStatus.RETRYING})
     if active:
         return RunStatus.RUNNING
-    if any(s.status == StepStatus.WAITING_APPROVAL for s in values):
+    if _hard_failure(frontier):
+        return RunStatus.FAILED
+    if StepStatus.WAITING_APPROVAL in statuses:
         return RunStatus.WAITING_APPROVAL
-    if any(s.status == StepStatus.BLOCKED for s in values):
+    if StepStatus.BLOCKED in statuses:
         return RunStatus.BLOCKED
-    if any(s.attempt > 0 or s.status == StepStatus.SKIPPED for s in values):
-        return RunStatus.RUNNING
-    return RunStatus.OPEN
+    return RunStatus.RUNNING if moved else RunStatus.OPEN
 
 
-def ready_steps(run: Run, steps: dict[str, Step], now=None) -> list[Step]:
-    """Worker steps that may start now: dependencies settled, or a retry that is due."""
+def _steps(steps) -> list:
+    return list(steps.values() if isinstance(steps, dict) else steps)
+
+
+def derive_run_status(run: Run, steps) -> str:
+    """The run's status as all of its steps imply it (commits derive it from the frontier)."""
+    steps = _steps(steps)
+    return _run_status(
+        run, steps, unsettled=not all(_settled(step) for step in steps),
+        moved=any(step.attempt > 0 or step.status == StepStatus.SKIPPED for step in steps))
+
+
+def _is_ready(step, now) -> bool:
+    if step.kind != StepKind.RUN:
+        return False
+    if step.status == StepStatus.PENDING:
+        return step.waiting_on == 0
+    return step.status == StepStatus.RETRYING and (
+        step.retry_after is None or step.retry_after <= now)
+
+
+def ready_steps(run: Run, steps, now=None) -> list:
+    """Worker steps that may start now, among all of a run's steps (or its frontier)."""
+    steps = _steps(steps)
     if run.is_terminal or _hard_failure(steps):
         return []
     now = now or timezone.now()
-    ready = []
-    for step in steps.values():
-        if step.kind != StepKind.RUN:
-            continue
-        due = step.retry_after is None or step.retry_after <= now
-        if (step.status == StepStatus.PENDING and _deps_settled(step, steps)) or (
-            step.status == StepStatus.RETRYING and due
-        ):
-            ready.append(step)
-    return ready
+    return [step for step in steps if _is_ready(step, now)]
+
+
+def _may_start(run: Run, step: Step, now) -> bool:
+    return not (run.is_terminal or step.run_has_hard_failure) and _is_ready(step, now)
 
 
 def retry_delay(step: Step, retry_number: int) -> float:
@@ -233,9 +275,9 @@ def _merge_state(run: Run, patch) -> dict:
     return patch
 
 
-def _next_action(run: Run, steps: dict[str, Step]) -> tuple[str, str]:
+def _next_action(frontier, ready) -> tuple[str, str]:
     """(current step key, what happens next) for display and the API."""
-    for step in steps.values():
+    for step in frontier:
         if step.status == StepStatus.WAITING_APPROVAL:
             return step.key, f"Approve {step.title} ({step.approval_group} group)"
         if step.status == StepStatus.RUNNING:
@@ -244,50 +286,65 @@ def _next_action(run: Run, steps: dict[str, Step]) -> tuple[str, str]:
             return step.key, f"{step.title} is blocked: {step.last_summary}".strip()
         if step.status == StepStatus.RETRYING:
             return step.key, f"{step.title} will retry"
-    failed = _hard_failure(steps)
+    failed = _hard_failure(frontier)
     if failed:
         return failed.key, f"{failed.title} failed; retry or cancel"
-    ready = ready_steps(run, steps)
-    if ready:
-        return ready[0].key, f"{ready[0].title} is ready to start"
+    if ready is not None:
+        return ready.key, f"{ready.title} is ready to start"
     return "", ""
 
 
 def _commit(
     run: Run,
-    steps: dict[str, Step],
     kind: str,
     *,
     actor,
     step: Step | None = None,
-    changed: tuple[Step, ...] = (),
     summary: str = "",
     evidence: dict | None = None,
     state_patch: dict | None = None,
 ) -> Checkpoint:
-    """Settle derived state, save what changed and append the one checkpoint."""
+    """Save the acted step, settle what follows from it and append the one checkpoint.
+
+    Only the run's frontier is read: a transition costs the same in a run of five steps
+    and in one of five thousand.
+    """
     now = timezone.now()
-    touched = {s.key: s for s in changed}
     if step is not None:
-        touched[step.key] = step
-    activated = []
-    if run.status != RunStatus.CANCELLED and not _hard_failure(steps):
-        for gate in steps.values():
-            if (gate.kind == StepKind.APPROVAL and gate.status == StepStatus.PENDING
-                    and _deps_settled(gate, steps)):
+        _save_step(step)
+        _tell_dependents(run, [step])
+    frontier = [step if step is not None and row.key == step.key else row
+                for row in _frontier(run)]
+    failed = _hard_failure(frontier)
+    activated, resave = [], []
+    if run.status != RunStatus.CANCELLED and not failed:
+        for gate in frontier:
+            if gate.kind == StepKind.APPROVAL and gate.status == StepStatus.PENDING:
                 _open_gate(gate, now)
-                touched[gate.key] = gate
                 activated.append(gate.key)
+                resave.append(gate)
+    # Ready steps already rung are not in the frontier; with nothing else open, look them up.
+    busy = any(s.status != StepStatus.PENDING for s in frontier)
+    # The ready step to name: the first not yet rung, else (ready steps already rung are
+    # not in the frontier) the first one at all.
+    ready = next((s for s in frontier
+                  if s.kind == StepKind.RUN and s.status == StepStatus.PENDING), None)
+    if ready is None and not busy:
+        ready = _first_ready(run)
+    unsettled = busy or ready is not None or Step.objects.filter(run=run).exclude(
+        SETTLED).exists()
     previous_status = run.status
-    run.status = derive_run_status(run, steps)
+    moved = run.started_at is not None or (step is not None and (
+        step.attempt > 0 or step.status == StepStatus.SKIPPED))
+    run.status = _run_status(run, frontier, unsettled=unsettled, moved=moved)
     if run.status == RunStatus.FAILED:
         # A failed run waits on nobody: its open gates go back to pending until a retry.
-        for gate in steps.values():
+        for gate in frontier:
             if gate.status == StepStatus.WAITING_APPROVAL:
                 gate.status = StepStatus.PENDING
                 gate.waiting_since = None
                 _close_gate(gate)
-                touched[gate.key] = gate
+                resave.append(gate)
     if run.is_terminal:
         run.finished_at = run.finished_at or now
     else:
@@ -295,11 +352,14 @@ def _commit(
         run.error = ""
     if run.started_at is None and run.status != RunStatus.OPEN:
         run.started_at = now
-    run.current_step, run.next_action = _next_action(run, steps)
-    for changed_step in touched.values():
-        changed_step.save()
+    run.current_step, run.next_action = _next_action(frontier, ready)
+    for gate in resave:
+        if isinstance(gate, Step):
+            _save_step(gate)
+        else:
+            gate.save()
     run.checkpoint_seq += 1
-    run.save()
+    run.save(update_fields=RUN_COLUMNS)
     user, name = _actor(actor)
     if activated:
         evidence = {**(evidence or {}), "gates_opened": activated}
@@ -317,10 +377,20 @@ def _commit(
         state_patch=state_patch or {},
         at=now,
     )
+    ring = [s.pk for s in frontier if s.kind == StepKind.RUN and s.status == StepStatus.PENDING
+            and s.rung_at is None] if not (run.is_terminal or failed) else []
+    retry = [(s.pk, s.retry_after) for s in frontier
+             if s.status == StepStatus.RETRYING and s.rung_at is None and s.retry_after]
     from . import hooks
 
-    hooks.after_transition(run, steps, checkpoint, previous_status=previous_status)
+    hooks.after_transition(run, checkpoint, previous_status=previous_status, ring=ring,
+                           retry=retry)
     return checkpoint
+
+
+def _first_ready(run: Run) -> StepState | None:
+    rows = _frontier(run, Q(status=StepStatus.PENDING, waiting_on=0, kind=StepKind.RUN), 1)
+    return rows[0] if rows else None
 
 
 # --- transitions --------------------------------------------------------------------------
@@ -383,26 +453,8 @@ def open_run(
                 idempotency_key=idempotency_key,
                 shared_state=shared_state or {},
             )
-            steps = {}
-            for index, item in enumerate(spec.definition["steps"]):
-                approval = item.get("approval") or {}
-                steps[item["key"]] = Step.objects.create(
-                    run=run,
-                    key=item["key"],
-                    title=item.get("title") or item["key"],
-                    index=index,
-                    depends_on=item.get("depends_on", []),
-                    kind=StepKind.APPROVAL if approval else StepKind.RUN,
-                    config=item,
-                    continue_on_failure=item.get("continue_on_failure", False),
-                    max_retries=item.get("max_retries", 0),
-                    retry_backoff_seconds=item.get("retry_backoff_seconds", 0),
-                    approval_group=approval.get("group", ""),
-                    approval_required=approval.get("required", 1),
-                    allow_self_approval=approval.get("allow_self_approval", False),
-                    compensation=item.get("compensation"),
-                )
-            _commit(run, steps, "run_opened", actor=actor,
+            Step.objects.bulk_create(_new_steps(run, spec.definition["steps"]))
+            _commit(run, "run_opened", actor=actor,
                     summary=f"Opened {spec} run" + (f" under goal {goal.pk}" if goal else ""),
                     state_patch=shared_state or {})
     except IntegrityError:
@@ -411,6 +463,35 @@ def open_run(
             raise
         return Opened(existing, True)
     return Opened(run, False)
+
+
+def _new_steps(run: Run, items: list[dict]) -> list[Step]:
+    dependents: dict[str, list[str]] = {item["key"]: [] for item in items}
+    for item in items:
+        for dep in item.get("depends_on", []):
+            dependents[dep].append(item["key"])
+    steps = []
+    for index, item in enumerate(items):
+        approval = item.get("approval") or {}
+        steps.append(Step(
+            run=run,
+            key=item["key"],
+            title=item.get("title") or item["key"],
+            index=index,
+            depends_on=item.get("depends_on", []),
+            dependents=dependents[item["key"]],
+            waiting_on=len(item.get("depends_on", [])),
+            kind=StepKind.APPROVAL if approval else StepKind.RUN,
+            config=item,
+            continue_on_failure=item.get("continue_on_failure", False),
+            max_retries=item.get("max_retries", 0),
+            retry_backoff_seconds=item.get("retry_backoff_seconds", 0),
+            approval_group=approval.get("group", ""),
+            approval_required=approval.get("required", 1),
+            allow_self_approval=approval.get("allow_self_approval", False),
+            compensation=item.get("compensation"),
+        ))
+    return steps
 
 
 def _open_run_with_key(spec_name: str, key: str) -> Run | None:
@@ -424,52 +505,64 @@ def _open_run_with_key(spec_name: str, key: str) -> Run | None:
 def start_step(run, key: str, *, actor=None, owner: str = "", lease_seconds=None) -> Step:
     """Move a ready worker step to running, taking a lease when `lease_seconds` is given."""
     with transaction.atomic():
-        run, steps = _lock(run)
-        step = _step(run, steps, key)
-        _require_open(run, f"start {key}")
-        if step.kind == StepKind.APPROVAL:
-            raise IllegalTransition(f"{key} is an approval gate; it is decided, not started.")
-        now = timezone.now()
-        if step not in ready_steps(run, steps, now):
-            if step.status == StepStatus.RETRYING:
-                raise IllegalTransition(f"{key} retries at {step.retry_after:%H:%M:%S}, not yet.")
-            if step.status == StepStatus.PENDING:
-                raise IllegalTransition(f"{key} is waiting on its dependencies.")
-            raise IllegalTransition(f"Cannot start {key}: it is {step.status}.")
-        step.status = StepStatus.RUNNING
-        step.attempt += 1
-        step.started_at = now
-        step.finished_at = None
-        step.retry_after = None
-        if lease_seconds:
-            step.lease_owner = owner[:200]
-            step.lease_token = uuid.uuid4().hex
-            step.lease_expires_at = now + timedelta(seconds=lease_seconds)
-        _commit(run, steps, "step_started", actor=actor, step=step,
-                summary=f"Attempt {step.attempt}" + (f" on {owner}" if owner else ""),
-                evidence={"attempt": step.attempt, "owner": owner} if owner else
-                {"attempt": step.attempt})
-        return step
+        run = _lock(run)
+        return _start(run, _step(run, key), actor, owner, lease_seconds)
 
 
-def _stale(run, steps, step, actor, lease_token, what: str) -> Checkpoint:
+def claim_step(step_id: int, *, owner: str, lease_seconds: float) -> Step:
+    """A worker starts the step it was rung for, under a lease (see start_step)."""
+    with _locked_by_step_id(step_id) as (run, step):
+        if step is None:
+            raise NotFound(f"Step {step_id} does not exist.")
+        return _start(run, step, f"worker {owner}", owner, lease_seconds)
+
+
+def _start(run: Run, step: Step, actor, owner: str, lease_seconds) -> Step:
+    key = step.key
+    _require_open(run, f"start {key}")
+    if step.kind == StepKind.APPROVAL:
+        raise IllegalTransition(f"{key} is an approval gate; it is decided, not started.")
+    now = timezone.now()
+    if not _may_start(run, step, now):
+        if step.status == StepStatus.RETRYING:
+            raise IllegalTransition(f"{key} retries at {step.retry_after:%H:%M:%S}, not yet.")
+        if step.status == StepStatus.PENDING:
+            raise IllegalTransition(f"{key} is waiting on its dependencies.")
+        raise IllegalTransition(f"Cannot start {key}: it is {step.status}.")
+    step.status = StepStatus.RUNNING
+    step.attempt += 1
+    step.started_at = now
+    step.finished_at = None
+    step.retry_after = None
+    if lease_seconds:
+        step.lease_owner = owner[:200]
+        step.lease_token = uuid.uuid4().hex
+        step.lease_expires_at = now + timedelta(seconds=lease_seconds)
+    _commit(run, "step_started", actor=actor, step=step,
+            summary=f"Attempt {step.attempt}" + (f" on {owner}" if owner else ""),
+            evidence={"attempt": step.attempt, "owner": owner} if owner else
+            {"attempt": step.attempt})
+    return step
+
+
+def _stale(run, step, actor, lease_token, what: str) -> Checkpoint:
     return _commit(
-        run, steps, "stale_result", actor=actor, step=step, changed=(),
+        run, "stale_result", actor=actor, step=step,
         summary=f"Ignored a {what} result for {step.key}: its lease was lost "
                 f"(step is {step.status}).",
         evidence={"token": lease_token, "current_token": step.lease_token},
     )
 
 
-def _reported_step(run, steps, key: str, actor, lease_token, verb: str, gate_verb: str):
+def _reported_step(run, key: str, actor, lease_token, verb: str, gate_verb: str):
     """(step, None) for a step a worker or agent may report on now, or (step, checkpoint)
     when the report carries a lease token that is no longer current."""
-    step = _step(run, steps, key)
+    step = _step(run, key)
     if lease_token is not None and (
         step.lease_token != lease_token or step.status != StepStatus.RUNNING
     ):
         outcome = {"complete": "completed", "fail": "failed"}[verb]
-        return step, _stale(run, steps, step, actor, lease_token, outcome)
+        return step, _stale(run, step, actor, lease_token, outcome)
     _require_open(run, f"{verb} {key}")
     if step.kind == StepKind.APPROVAL:
         raise IllegalTransition(f"{key} is an approval gate; {gate_verb} it instead.")
@@ -482,8 +575,8 @@ def complete_step(run, key: str, *, actor=None, summary: str = "", evidence=None
                   state_patch=None, lease_token: str | None = None) -> Checkpoint:
     """Finish a running step successfully, merging its state patch into the run."""
     with transaction.atomic():
-        run, steps = _lock(run)
-        step, stale = _reported_step(run, steps, key, actor, lease_token, "complete", "approve")
+        run = _lock(run)
+        step, stale = _reported_step(run, key, actor, lease_token, "complete", "approve")
         if stale:
             return stale
         patch = _merge_state(run, state_patch)
@@ -493,7 +586,7 @@ def complete_step(run, key: str, *, actor=None, summary: str = "", evidence=None
         step.last_evidence = evidence or {}
         step.last_state_patch = patch
         _clear_lease(step)
-        return _commit(run, steps, "step_completed", actor=actor, step=step,
+        return _commit(run, "step_completed", actor=actor, step=step,
                        summary=summary or f"{step.title} completed",
                        evidence=evidence, state_patch=patch)
 
@@ -502,14 +595,14 @@ def fail_step(run, key: str, *, actor=None, summary: str = "", evidence=None,
               lease_token: str | None = None, retryable: bool = True) -> Checkpoint:
     """Fail a running step: it retries while attempts remain, else it fails."""
     with transaction.atomic():
-        run, steps = _lock(run)
-        step, stale = _reported_step(run, steps, key, actor, lease_token, "fail", "reject")
+        run = _lock(run)
+        step, stale = _reported_step(run, key, actor, lease_token, "fail", "reject")
         if stale:
             return stale
-        return _fail(run, steps, step, actor, summary, evidence, retryable)
+        return _fail(run, step, actor, summary, evidence, retryable)
 
 
-def _fail(run, steps, step, actor, summary, evidence, retryable=True) -> Checkpoint:
+def _fail(run, step, actor, summary, evidence, retryable=True) -> Checkpoint:
     now = timezone.now()
     _clear_lease(step)
     step.last_summary = summary
@@ -520,7 +613,7 @@ def _fail(run, steps, step, actor, summary, evidence, retryable=True) -> Checkpo
         step.status = StepStatus.RETRYING
         step.retry_after = now + timedelta(seconds=delay)
         step.rung_at = None  # the retry needs a doorbell of its own
-        return _commit(run, steps, "step_retrying", actor=actor, step=step,
+        return _commit(run, "step_retrying", actor=actor, step=step,
                        summary=f"{summary or 'Failed'}; retry {retries_used + 1} of "
                                f"{step.max_retries} in {delay:.1f}s",
                        evidence={**(evidence or {}), "retry_after": step.retry_after.isoformat()})
@@ -528,7 +621,7 @@ def _fail(run, steps, step, actor, summary, evidence, retryable=True) -> Checkpo
     step.finished_at = now
     if not step.continue_on_failure:
         run.error = f"{step.title}: {summary or 'failed'}"
-    return _commit(run, steps, "step_failed", actor=actor, step=step,
+    return _commit(run, "step_failed", actor=actor, step=step,
                    summary=summary or f"{step.title} failed", evidence=evidence)
 
 
@@ -543,8 +636,8 @@ def _check_approver(run: Run, step: Step, user) -> None:
                            f"gate {step.key}.")
 
 
-def _gate(run, steps, key, user, verb: str) -> Step:
-    step = _step(run, steps, key)
+def _gate(run, key, user, verb: str) -> Step:
+    step = _step(run, key)
     _require_open(run, f"{verb} {key}")
     if step.kind != StepKind.APPROVAL:
         raise IllegalTransition(f"{key} is not an approval gate.")
@@ -568,8 +661,8 @@ def _record_decision(step: Step, user, decision: str, comment: str) -> Approval:
 def approve(run, key: str, *, user, comment: str = "") -> Checkpoint:
     """Record an approval; the gate completes when its quorum of distinct approvers is met."""
     with transaction.atomic():
-        run, steps = _lock(run)
-        step = _gate(run, steps, key, user, "approve")
+        run = _lock(run)
+        step = _gate(run, key, user, "approve")
         _record_decision(step, user, Decision.APPROVE, comment)
         count = Approval.objects.filter(
             step=step, attempt=step.attempt, decision=Decision.APPROVE
@@ -580,10 +673,10 @@ def approve(run, key: str, *, user, comment: str = "") -> Checkpoint:
             step.status = StepStatus.COMPLETED
             step.finished_at = timezone.now()
             step.last_summary = comment
-            return _commit(run, steps, "step_approved", actor=user, step=step,
+            return _commit(run, "step_approved", actor=user, step=step,
                            summary=comment or f"Approved ({count} of {step.approval_required})",
                            evidence=evidence)
-        return _commit(run, steps, "approval_recorded", actor=user, step=step,
+        return _commit(run, "approval_recorded", actor=user, step=step,
                        summary=comment or f"Approved ({count} of {step.approval_required})",
                        evidence=evidence)
 
@@ -593,8 +686,8 @@ def reject(run, key: str, *, user, comment: str) -> Checkpoint:
     if not (comment or "").strip():
         raise InvalidInput("A comment is required to reject.")
     with transaction.atomic():
-        run, steps = _lock(run)
-        step = _gate(run, steps, key, user, "reject")
+        run = _lock(run)
+        step = _gate(run, key, user, "reject")
         _record_decision(step, user, Decision.REJECT, comment)
         _close_gate(step)
         step.status = StepStatus.FAILED
@@ -602,14 +695,14 @@ def reject(run, key: str, *, user, comment: str) -> Checkpoint:
         step.last_summary = comment
         if not step.continue_on_failure:
             run.error = f"{step.title} rejected by {user.get_username()}: {comment}"
-        return _commit(run, steps, "step_rejected", actor=user, step=step, summary=comment)
+        return _commit(run, "step_rejected", actor=user, step=step, summary=comment)
 
 
 def retry_step(run, key: str, *, actor=None) -> Checkpoint:
     """Try a failed step again; a gate asks for fresh approvals."""
     with transaction.atomic():
-        run, steps = _lock(run)
-        step = _step(run, steps, key)
+        run = _lock(run)
+        step = _step(run, key)
         if run.status == RunStatus.CANCELLED:
             raise IllegalTransition(f"Cannot retry {key}: run {run.pk} is cancelled.")
         if step.status != StepStatus.FAILED:
@@ -626,15 +719,15 @@ def retry_step(run, key: str, *, actor=None) -> Checkpoint:
             step.status = StepStatus.PENDING
             step.attempt_base = step.attempt  # a fresh window of automatic retries
             step.rung_at = None
-        return _commit(run, steps, "step_retried", actor=actor, step=step,
+        return _commit(run, "step_retried", actor=actor, step=step,
                        summary=f"Retry of {step.title} requested")
 
 
 def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
     """Skip a step that is not running; its dependants may go on."""
     with transaction.atomic():
-        run, steps = _lock(run)
-        step = _step(run, steps, key)
+        run = _lock(run)
+        step = _step(run, key)
         # A failed run stays failed until a retry: skipping is for runs still in motion.
         _require_open(run, f"skip {key}")
         if step.status in (StepStatus.RUNNING, StepStatus.COMPLETED, StepStatus.SKIPPED,
@@ -645,35 +738,31 @@ def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
         step.finished_at = timezone.now()
         step.last_summary = reason
         _clear_lease(step)
-        return _commit(run, steps, "step_skipped", actor=actor, step=step,
+        return _commit(run, "step_skipped", actor=actor, step=step,
                        summary=reason or f"{step.title} skipped")
 
 
 def cancel_run(run, *, actor=None, reason: str = "") -> Checkpoint | None:
     """Cancel a run and its open steps. Cancelling a cancelled run changes nothing."""
     with transaction.atomic():
-        run, steps = _lock(run)
+        run = _lock(run)
         if run.status == RunStatus.CANCELLED:
             return None
         _require_open(run, "cancel")
         now = timezone.now()
-        changed = []
-        for step in steps.values():
-            if step.status in (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.RETRYING,
-                               StepStatus.WAITING_APPROVAL, StepStatus.BLOCKED):
-                was_running = step.status == StepStatus.RUNNING
-                step.status = StepStatus.CANCELLED
-                step.finished_at = now if was_running or step.started_at else None
-                # Keep the lease token: the worker's heartbeat sees the step cancelled and
-                # stops its process.
-                step.lease_expires_at = None
-                _close_gate(step)
-                changed.append(step)
+        open_steps = Step.objects.filter(run=run, status__in=[StepStatus.PENDING,
+                                                              *OPEN_STEP_STATUSES])
+        cancelled = list(open_steps.order_by("index").values_list("key", flat=True))
+        # Keep lease tokens: a worker's heartbeat sees its step cancelled and stops the process.
+        closed = {"status": StepStatus.CANCELLED, "lease_expires_at": None, "deadline_at": None,
+                  "updated_at": now}
+        open_steps.filter(Q(status=StepStatus.RUNNING) | Q(started_at__isnull=False)).update(
+            **closed, finished_at=now)
+        open_steps.update(**closed, finished_at=None)  # the rest never started
         run.status = RunStatus.CANCELLED
         run.error = reason
-        return _commit(run, steps, "run_cancelled", actor=actor, changed=tuple(changed),
-                       summary=reason or "Run cancelled",
-                       evidence={"cancelled_steps": [s.key for s in changed]})
+        return _commit(run, "run_cancelled", actor=actor, summary=reason or "Run cancelled",
+                       evidence={"cancelled_steps": cancelled})
 
 
 AGENT_STATUSES = ("running", "completed", "failed", "blocked")
@@ -688,13 +777,13 @@ def record_transition(run, key: str, *, actor=None, step_status: str | None = No
     if evidence is not None and not isinstance(evidence, dict):
         raise InvalidInput("evidence must be a JSON object.")
     with transaction.atomic():
-        run, steps = _lock(run)
-        step = _step(run, steps, key)
+        run = _lock(run)
+        step = _step(run, key)
         _require_open(run, f"report on {key}")
         if step.kind == StepKind.APPROVAL:
             raise IllegalTransition(f"{key} is an approval gate; approvers decide it.")
         now = timezone.now()
-        ready = step in ready_steps(run, steps, now)
+        ready = _may_start(run, step, now)
         current = step.status
         if step_status in (None, ""):
             if current in (StepStatus.COMPLETED, StepStatus.SKIPPED, StepStatus.CANCELLED):
@@ -729,7 +818,7 @@ def record_transition(run, key: str, *, actor=None, step_status: str | None = No
             step.last_evidence = evidence
         if patch:
             step.last_state_patch = patch
-        return _commit(run, steps, "transition", actor=actor, step=step,
+        return _commit(run, "transition", actor=actor, step=step,
                        summary=summary or f"{step.title}: {step.status}",
                        evidence=evidence, state_patch=patch)
 
@@ -747,25 +836,23 @@ def renew_lease(step_id: int, token: str, seconds: float) -> bool:
 
 @contextmanager
 def _locked_by_step_id(step_id: int):
-    """(run, steps, step) in a transaction holding the run's lock; step None if gone."""
-    run_id = Step.objects.filter(pk=step_id).values_list("run_id", flat=True).first()
+    """(run, step) in a transaction holding the run's lock; both None if the step is gone."""
     with transaction.atomic():
-        if run_id is None:
-            yield None, {}, None
-            return
-        run, steps = _lock(run_id)
-        yield run, steps, _step_by_id(run, steps, step_id)
+        # Lock only the run row (the step is read after the lock, so that it is current).
+        run = (Run.objects.select_for_update(of=("self",)).filter(steps__pk=step_id)
+               .order_by().first())
+        yield run, run and _load(run, pk=step_id)
 
 
 def expire_lease(step_id: int) -> Checkpoint | None:
     """The sweeper's move: a running step whose lease ran out retries or fails."""
-    with _locked_by_step_id(step_id) as (run, steps, step):
+    with _locked_by_step_id(step_id) as (run, step):
         now = timezone.now()
         if (step is None or step.status != StepStatus.RUNNING or step.lease_expires_at is None
                 or step.lease_expires_at > now):
             return None  # renewed, finished or already swept
         owner = step.lease_owner
-        return _fail(run, steps, step, f"sweeper ({owner})" if owner else "sweeper",
+        return _fail(run, step, f"sweeper ({owner})" if owner else "sweeper",
                      f"Lease of {owner or 'its worker'} expired; the worker is presumed dead",
                      {"lease_owner": owner, "expired_at": step.lease_expires_at.isoformat()})
 
@@ -774,16 +861,16 @@ def record_compensation(run, key: str, *, ok: bool, summary: str = "",
                         evidence=None) -> Checkpoint:
     """Put a compensation's outcome on the failed run's timeline; no status changes."""
     with transaction.atomic():
-        run, steps = _lock(run)
-        step = _step(run, steps, key)
-        return _commit(run, steps, "compensated" if ok else "compensation_failed", actor=None,
-                       step=step, changed=(), evidence=evidence,
+        run = _lock(run)
+        step = _step(run, key)
+        return _commit(run, "compensated" if ok else "compensation_failed", actor=None,
+                       step=step, evidence=evidence,
                        summary=f"Compensation of {step.title}: {summary}")
 
 
 def expire_gate(step_id: int) -> Checkpoint | None:
     """A gate past its deadline is rejected or escalated, as its spec says."""
-    with _locked_by_step_id(step_id) as (run, steps, step):
+    with _locked_by_step_id(step_id) as (run, step):
         now = timezone.now()
         if (step is None or step.status != StepStatus.WAITING_APPROVAL or run.is_terminal
                 or step.deadline_at is None or step.deadline_at > now):
@@ -795,7 +882,7 @@ def expire_gate(step_id: int) -> Checkpoint | None:
             step.approval_group = approval["escalate_to"]
             step.escalated_at = now
             _close_gate(step)
-            return _commit(run, steps, "gate_escalated", actor="deadline", step=step,
+            return _commit(run, "gate_escalated", actor="deadline", step=step,
                            summary=f"No decision from {previous} after {waited}; escalated to "
                                    f"{step.approval_group}",
                            evidence={"from_group": previous, "to_group": step.approval_group})
@@ -805,7 +892,7 @@ def expire_gate(step_id: int) -> Checkpoint | None:
         step.last_summary = f"No decision from {step.approval_group} after {waited}"
         if not step.continue_on_failure:
             run.error = f"{step.title}: timed out waiting for approval"
-        return _commit(run, steps, "gate_timed_out", actor="deadline", step=step,
+        return _commit(run, "gate_timed_out", actor="deadline", step=step,
                        summary=step.last_summary)
 
 
@@ -825,7 +912,7 @@ def resume_state(run) -> dict:
 
     if run.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
         return answer(run.status, False, None, f"Run {run.pk} is {run.status}.")
-    failed = _hard_failure(steps)
+    failed = _hard_failure(steps.values())
     if run.status == RunStatus.FAILED and failed:
         return answer("retry_available", True, failed,
                       f"{failed.title} failed ({failed.last_summary or 'no reason given'}); "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import transaction
 
-from .models import RunStatus, StepKind, StepStatus
+from .models import RunStatus
 
 
 def notification_events(run, checkpoint, previous_status: str) -> list[tuple[str, str]]:
@@ -23,35 +23,33 @@ def notification_events(run, checkpoint, previous_status: str) -> list[tuple[str
     return events
 
 
-def after_transition(run, steps, checkpoint, *, previous_status: str) -> None:
-    """Register the follow-up work of a transition; it runs only if the transaction commits."""
-    from . import engine
+def after_transition(run, checkpoint, *, previous_status: str, ring, retry) -> None:
+    """Register the follow-up work of a transition; it runs only if the transaction commits.
+
+    `ring` are newly ready steps and `retry` (step, eta) pairs of steps to try again later.
+    Each is marked rung in the transaction, so a step gets one doorbell, not one per
+    transition; if the process dies before the message is sent the sweeper rings again.
+    """
+    from . import dispatch
 
     dispatch_on = settings.TOLLGATE_DISPATCH
-    # Ring only what has not been rung yet: a doorbell per step, not one per transition.
-    ready = [s.pk for s in engine.ready_steps(run, steps)
-             if s.rung_at is None and s.status == StepStatus.PENDING] if dispatch_on else []
-    retry = [
-        (s.pk, s.retry_after) for s in steps.values()
-        if dispatch_on and s.kind == StepKind.RUN and s.status == StepStatus.RETRYING
-        and s.rung_at is None and s.retry_after
-    ]
+    ring = ring if dispatch_on else []
+    retry = retry if dispatch_on else []
     compensate = (dispatch_on and run.status == RunStatus.FAILED
                   and previous_status != RunStatus.FAILED)
     events = notification_events(run, checkpoint, previous_status) if (
         settings.TOLLGATE_NOTIFY) else []
+    dispatch.mark_rung(ring, retry)
     run_id, checkpoint_id = run.pk, checkpoint.pk
 
     def follow_up() -> None:
-        from . import dispatch
-
-        dispatch.ring(ready)
+        dispatch.enqueue(ring)
         for step_id, eta in retry:
-            dispatch.ring_at(step_id, eta)
+            dispatch.enqueue_at(step_id, eta)
         if compensate:
             dispatch.compensate(run_id)
         if events:
             dispatch.notify(checkpoint_id, events)
 
-    if ready or retry or compensate or events:
+    if ring or retry or compensate or events:
         transaction.on_commit(follow_up)

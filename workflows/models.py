@@ -158,12 +158,27 @@ class Run(models.Model):
         return self.status in TERMINAL_RUN_STATUSES
 
 
+# What decides a run's status and next move: open steps, hard failures, gates whose
+# dependencies are settled, and ready worker steps not rung yet. The rest of the run is
+# settled, waits on these, or is ready and already rung. The engine reads only these rows.
+STEP_FRONTIER = (
+    Q(status__in=["running", "retrying", "waiting_approval", "blocked"])
+    | Q(status="failed", continue_on_failure=False)
+    | Q(status="pending", waiting_on=0) & (Q(kind="approval") | Q(rung_at__isnull=True))
+)
+
+
 class Step(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    # No index of its own: the (run, key) unique constraint leads with run.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps", db_index=False)
     key = models.CharField(max_length=100)
     title = models.CharField(max_length=200, blank=True)
     index = models.PositiveIntegerField()
     depends_on = models.JSONField(default=list, blank=True)
+    # The reverse edges and a count of unsettled dependencies, kept by the engine, so a
+    # transition touches only the steps it changes instead of re-reading the whole run.
+    dependents = models.JSONField(default=list, blank=True)
+    waiting_on = models.PositiveIntegerField(default=0)
     kind = models.CharField(max_length=16, choices=StepKind)
     config = models.JSONField(default=dict, blank=True, help_text="The step as the spec has it.")
     status = models.CharField(max_length=20, choices=StepStatus, default=StepStatus.PENDING)
@@ -196,7 +211,7 @@ class Step(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        ordering = ["run", "index"]
+        ordering = ["run_id", "index"]
         constraints = [
             models.UniqueConstraint(fields=["run", "key"], name="step_key_unique_in_run"),
             models.CheckConstraint(
@@ -221,6 +236,10 @@ class Step(models.Model):
                 condition=Q(status="waiting_approval", deadline_at__isnull=False),
                 name="step_gate_deadline_idx",
             ),
+            # A run's frontier without reading its other steps, already in step order.
+            models.Index(fields=["run", "index"], condition=STEP_FRONTIER,
+                         name="step_frontier_idx"),
+            models.Index(fields=["run", "status"], name="step_run_status_idx"),
             models.Index(
                 fields=["status", "retry_after"],
                 condition=Q(status__in=["pending", "retrying"]),
@@ -298,7 +317,7 @@ class Checkpoint(models.Model):
     objects = CheckpointQuerySet.as_manager()
 
     class Meta:
-        ordering = ["run", "seq"]
+        ordering = ["run_id", "seq"]
         constraints = [
             models.UniqueConstraint(fields=["run", "seq"], name="checkpoint_seq_unique_in_run"),
             models.CheckConstraint(condition=Q(seq__gte=1), name="checkpoint_seq_positive"),

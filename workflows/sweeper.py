@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from . import dispatch, engine
-from .models import Run, RunStatus, Step, StepStatus
+from .models import Run, RunStatus, Step, StepKind, StepStatus
 
 
 @dataclass
@@ -41,20 +42,17 @@ def sweep(now=None, limit: int = 1000) -> SweepReport:
 def rering_idle(now, limit: int) -> int:
     """Ring ready steps of runs that have not moved lately and whose doorbell looks lost."""
     quiet = now - timedelta(seconds=2 * settings.TOLLGATE_SWEEP_SECONDS)
-    runs = (Run.objects.filter(status__in=[RunStatus.OPEN, RunStatus.RUNNING],
-                               updated_at__lt=quiet)
-            .order_by("updated_at").values_list("pk", flat=True)[:limit])
-    run_ids = list(runs)
-    if not run_ids:
-        return 0
-    by_run: dict[int, dict[str, Step]] = {}
-    for step in Step.objects.filter(run_id__in=run_ids).order_by("run_id", "index"):
-        by_run.setdefault(step.run_id, {})[step.key] = step
-    run_map = Run.objects.in_bulk(run_ids)
-    ring = []
-    for run_id, steps in by_run.items():
-        for step in engine.ready_steps(run_map[run_id], steps, now):
-            if step.rung_at is None or step.rung_at < quiet:
-                ring.append(step.pk)
+    idle_runs = (Run.objects.filter(status__in=[RunStatus.OPEN, RunStatus.RUNNING],
+                                    updated_at__lt=quiet)
+                 .order_by("updated_at").values_list("pk", flat=True)[:limit])
+    hard_failure = Step.objects.filter(run=OuterRef("run"), status=StepStatus.FAILED,
+                                       continue_on_failure=False)
+    ready = (Step.objects.filter(run__in=list(idle_runs), kind=StepKind.RUN)
+             .filter(Q(status=StepStatus.PENDING, waiting_on=0)
+                     | Q(status=StepStatus.RETRYING, retry_after__lte=now)
+                     | Q(status=StepStatus.RETRYING, retry_after__isnull=True))
+             .filter(Q(rung_at__isnull=True) | Q(rung_at__lt=quiet))
+             .exclude(Exists(hard_failure)))
+    ring = list(ready.values_list("pk", flat=True)[:limit])
     dispatch.ring(ring)
     return len(ring)

@@ -9,7 +9,7 @@ import threading
 from contextlib import contextmanager
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from . import engine
@@ -40,7 +40,7 @@ def heartbeat(step_id: int, token: str, lease_seconds: float):
                     lost.set()
                     return
         finally:
-            close_old_connections()
+            connections.close_all()  # this thread's own connection, if it opened one
 
     thread = threading.Thread(target=beat, name=f"heartbeat-{step_id}", daemon=True)
     thread.start()
@@ -53,33 +53,25 @@ def heartbeat(step_id: int, token: str, lease_seconds: float):
 
 def run_step(step_id: int) -> str:
     """Claim and execute one step; returns what happened, for logs and tests."""
-    step = Step.objects.filter(pk=step_id).only("run_id", "key").first()
-    if step is None:
-        return "missing"
     owner = worker_name()
-    claimed = _claim(step.run_id, step.key, owner)
-    if claimed is None:
-        return "not-ready"
-    return _execute(claimed, owner)
-
-
-def _claim(run_id: int, key: str, owner: str) -> Step | None:
     try:
-        return engine.start_step(run_id, key, actor=f"worker {owner}", owner=owner,
+        step = engine.claim_step(step_id, owner=owner,
                                  lease_seconds=settings.TOLLGATE_LEASE_SECONDS)
+    except engine.NotFound:
+        return "missing"
     except engine.WorkflowError as exc:
         # Taken by another worker, not due, or the run moved on: the doorbell was stale.
-        log.info("Step %s of run %s not started: %s", key, run_id, exc)
-        return None
+        log.info("Step %s not started: %s", step_id, exc)
+        return "not-ready"
+    return _execute(step, owner)
 
 
 def _execute(step: Step, owner: str) -> str:
     """Run a claimed step under its lease and report the outcome with the lease token."""
-    run = Run.objects.only("shared_state").get(pk=step.run_id)
     context = {"run_id": step.run_id, "step_key": step.key, "attempt": step.attempt}
     with heartbeat(step.pk, step.lease_token, settings.TOLLGATE_LEASE_SECONDS) as lost:
-        outcome = execute(step.config["run"], context=context, shared_state=run.shared_state,
-                          stop=lost)
+        outcome = execute(step.config["run"], context=context,
+                          shared_state=step.run.shared_state, stop=lost)
     actor = f"worker {owner}"
     if outcome.ok:
         checkpoint = engine.complete_step(

@@ -91,6 +91,41 @@ class TestReadySet:
         steps = {s.key: s for s in run.steps.all()}
         assert [s.key for s in engine.ready_steps(run, steps)] == ["b"]
 
+    def test_retrying_a_settled_failure_holds_its_dependants_back_again(self, db):
+        from workflows.specs import store_spec
+
+        spec = store_spec({"name": "cof-retry", "steps": [
+            {"key": "a", "run": {"command": ["true"]}, "continue_on_failure": True},
+            {"key": "b", "depends_on": ["a"], "run": {"command": ["true"]}},
+        ]})[0]
+        run = engine.open_run(spec).run
+        engine.start_step(run, "a")
+        engine.fail_step(run, "a", summary="boom")
+        engine.retry_step(run, "a")
+        with pytest.raises(engine.IllegalTransition, match="waiting on its dependencies"):
+            engine.start_step(run, "b")
+        engine.start_step(run, "a")
+        engine.complete_step(run, "a")
+        engine.start_step(run, "b")
+        engine.complete_step(run, "b")
+        assert status(run) == {"run": "completed", "a": "completed", "b": "completed"}
+
+    def test_wide_fan_in_waits_for_every_branch(self, db):
+        from workflows.specs import store_spec
+
+        branches = [f"p{i}" for i in range(30)]
+        spec = store_spec({"name": "fan-in", "steps": [
+            *({"key": key, "run": {"command": ["true"]}} for key in branches),
+            {"key": "join", "depends_on": branches, "approval": {"group": "qa"}},
+        ]})[0]
+        run = engine.open_run(spec).run
+        for key in branches:
+            assert status(run)["join"] == "pending"
+            engine.start_step(run, key)
+            engine.complete_step(run, key)
+        assert status(run)["join"] == "waiting_approval"
+        assert Step.objects.get(run=run, key="join").waiting_on == 0
+
     def test_skipped_dependency_counts_as_settled(self, run, people):
         engine.skip_step(run, "build", actor=people["alice"], reason="prebuilt")
         assert status(run)["qa"] == "waiting_approval"

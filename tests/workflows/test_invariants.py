@@ -20,9 +20,12 @@ SPEC = {
         {"key": "b", "run": {"command": ["true"]}, "continue_on_failure": True},
         {"key": "gate", "depends_on": ["a"], "approval": {"group": "qa", "required": 2}},
         {"key": "c", "depends_on": ["gate", "b"], "run": {"command": ["true"]}},
+        {"key": "d", "depends_on": ["a"], "run": {"command": ["true"]},
+         "continue_on_failure": True},
+        {"key": "e", "depends_on": ["c", "d"], "approval": {"group": "qa"}},
     ],
 }
-KEYS = st.sampled_from(["a", "b", "gate", "c"])
+KEYS = st.sampled_from(["a", "b", "gate", "c", "d", "e"])
 TERMINAL = {"completed", "failed", "cancelled"}
 
 
@@ -118,6 +121,34 @@ class EngineMachine(RuleBasedStateMachine):
         run = Run.objects.get(pk=self.run.pk)
         steps = {s.key: s for s in run.steps.all()}
         assert run.status == engine.derive_run_status(run, steps)
+
+    @invariant()
+    def dependency_counts_match_steps(self):
+        # Commits read only the frontier; these counters are what keeps that exact.
+        steps = {s.key: s for s in Run.objects.get(pk=self.run.pk).steps.all()}
+        for step in steps.values():
+            unsettled = [d for d in step.depends_on if not engine._settled(steps[d])]
+            assert step.waiting_on == len(unsettled), f"{step.key} waits on {unsettled}"
+            assert step.dependents == [k for k, s in steps.items() if step.key in s.depends_on]
+
+    @invariant()
+    def next_action_matches_steps(self):
+        run = Run.objects.get(pk=self.run.pk)
+        steps = list(run.steps.order_by("index"))
+        ready = engine.ready_steps(run, steps)
+        assert (run.current_step, run.next_action) == engine._next_action(
+            steps, ready[0] if ready else None)
+
+    @invariant()
+    def gates_open_once_their_dependencies_settle(self):
+        run = Run.objects.get(pk=self.run.pk)
+        steps = {s.key: s for s in run.steps.all()}
+        if run.is_terminal or any(s.status == "failed" and not s.continue_on_failure
+                                  for s in steps.values()):
+            return
+        for step in steps.values():
+            if step.kind == "approval" and all(engine._settled(steps[d]) for d in step.depends_on):
+                assert step.status != "pending", f"{step.key} should be waiting for approval"
 
 
 @pytest.mark.django_db

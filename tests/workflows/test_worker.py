@@ -100,7 +100,7 @@ def test_failed_run_rings_compensation_after_commit(db, settings, monkeypatch,
     settings.TOLLGATE_DISPATCH = True
     rung = []
     monkeypatch.setattr("workflows.dispatch.compensate", rung.append)
-    monkeypatch.setattr("workflows.dispatch.ring", lambda ids: None)
+    monkeypatch.setattr("workflows.dispatch.enqueue", lambda ids: None)
     run = engine.open_run(spec({"key": "a", "run": {"command": ["false"]}})).run
     engine.start_step(run, "a")
     with django_capture_on_commit_callbacks(execute=True):

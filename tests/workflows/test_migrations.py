@@ -1,0 +1,37 @@
+"""Upgrading a database that already holds runs."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+BEFORE = ("workflows", "0003_deadlines_and_notifications")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_existing_steps_get_their_dependents_and_unsettled_counts():
+    call_command("migrate", *BEFORE, verbosity=0)
+    try:
+        apps = MigrationExecutor(connection).loader.project_state(BEFORE).apps
+        spec = apps.get_model("workflows", "WorkflowSpec").objects.create(
+            name="upgrade", version=1, definition={"steps": []})
+        run = apps.get_model("workflows", "Run").objects.create(
+            spec=spec, spec_name="upgrade", title="upgrade")
+        old_step = apps.get_model("workflows", "Step")
+        for index, (key, deps, status, cof) in enumerate([
+            ("build", [], "completed", False),
+            ("lint", [], "failed", True),  # a failure that does not hold dependants back
+            ("test", ["build", "lint"], "pending", False),
+            ("ship", ["test", "build"], "pending", False),
+        ]):
+            old_step.objects.create(run=run, key=key, index=index, depends_on=deps, kind="run",
+                                    status=status, continue_on_failure=cof)
+    finally:
+        call_command("migrate", "workflows", verbosity=0)
+    from workflows.models import Step
+
+    edges = {s.key: (s.dependents, s.waiting_on) for s in Step.objects.filter(run_id=run.pk)}
+    assert edges == {"build": (["test", "ship"], 0), "lint": (["test"], 0),
+                     "test": (["ship"], 0), "ship": ([], 1)}
