@@ -5,6 +5,11 @@ is legal, applies it and appends exactly one checkpoint. The run row lock serial
 transition of a run, so two workers, two clicks or two API calls cannot both win, and the
 checkpoint sequence stays gapless. Work that must follow a commit (ringing the queue for
 newly ready steps) is registered with `transaction.on_commit`.
+
+A transition reads the step it acts on and the run's frontier (open, hard-failed and newly
+ready steps), never the whole run: each step keeps its dependents and a count of its
+unsettled dependencies, updated when a step settles or reopens. So a transition costs the
+same in a run of five steps and in one of five thousand.
 """
 
 from __future__ import annotations
@@ -133,13 +138,12 @@ FRONTIER_WRITABLE = ("waiting_since", "deadline_at")
 class StepState:
     """A light view of a frontier step: model instances would cost most of a commit."""
 
-    __slots__ = (*FRONTIER_FIELDS, *FRONTIER_WRITABLE, "settled_when_loaded", "_dirty")
+    __slots__ = (*FRONTIER_FIELDS, *FRONTIER_WRITABLE, "_dirty")
 
     def __init__(self, row) -> None:
         object.__setattr__(self, "_dirty", set())
         for name, value in zip(FRONTIER_FIELDS, row, strict=True):
             object.__setattr__(self, name, value)
-        object.__setattr__(self, "settled_when_loaded", _settled(self))
 
     def __setattr__(self, name: str, value) -> None:
         object.__setattr__(self, name, value)
@@ -161,13 +165,13 @@ def _frontier(run: Run, query=STEP_FRONTIER, limit: int | None = None) -> list[S
     return [StepState(row) for row in (rows[:limit] if limit else rows)]
 
 
-def _tell_dependents(run: Run, steps) -> None:
-    """Keep each dependent's count of unsettled dependencies as steps settle or reopen."""
-    for step in steps:
-        settled = _settled(step)
-        if settled != step.settled_when_loaded and step.dependents:
-            Step.objects.filter(run=run, key__in=step.dependents).update(
-                waiting_on=F("waiting_on") + (-1 if settled else 1))
+def _tell_dependents(run: Run, step: Step) -> None:
+    """Keep the dependents' counts of unsettled dependencies as a step settles or reopens."""
+    settled = _settled(step)
+    if settled != step.settled_when_loaded and step.dependents:
+        Step.objects.filter(run=run, key__in=step.dependents).update(
+            waiting_on=F("waiting_on") + (-1 if settled else 1))
+        step.settled_when_loaded = settled
 
 
 def _hard_failure(steps) -> Step | None:
@@ -304,15 +308,11 @@ def _commit(
     evidence: dict | None = None,
     state_patch: dict | None = None,
 ) -> Checkpoint:
-    """Save the acted step, settle what follows from it and append the one checkpoint.
-
-    Only the run's frontier is read: a transition costs the same in a run of five steps
-    and in one of five thousand.
-    """
+    """Save the acted step, settle what follows from it and append the one checkpoint."""
     now = timezone.now()
     if step is not None:
         _save_step(step)
-        _tell_dependents(run, [step])
+        _tell_dependents(run, step)
     frontier = [step if step is not None and row.key == step.key else row
                 for row in _frontier(run)]
     failed = _hard_failure(frontier)

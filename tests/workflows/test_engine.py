@@ -464,3 +464,52 @@ class TestCheckpoints:
             engine.complete_step(run, key)
         assert seqs(run) == list(range(1, 10))
         assert status(run)["run"] == "completed"
+
+
+class TestTransitionCost:
+    """A transition reads the step it acts on and the run's frontier, not every step: its
+    cost does not grow with the run (the benchmark measures the time; this pins the work)."""
+
+    @staticmethod
+    def cost_of_next_step(chain_length: int, monkeypatch) -> list[tuple[int, int]]:
+        """(queries, step rows read) for starting and completing a step deep in a chain."""
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        from workflows.specs import store_spec
+
+        noop = {"callable": "workflows.callables.noop"}
+        spec = store_spec({"name": f"chain-{chain_length}", "steps": [
+            {"key": f"s{i}", "run": noop, **({"depends_on": [f"s{i - 1}"]} if i else {})}
+            for i in range(chain_length)]})[0]
+        run = engine.open_run(spec).run
+        for i in range(chain_length - 2):
+            engine.start_step(run, f"s{i}")
+            engine.complete_step(run, f"s{i}")
+        rows = []
+        light, model = engine.StepState.__init__, Step.from_db.__func__
+
+        def light_row(self, row):
+            rows.append(row)
+            light(self, row)
+
+        def model_row(cls, db, names, values, **kwargs):
+            rows.append(values)
+            return model(cls, db, names, values, **kwargs)
+
+        monkeypatch.setattr(engine.StepState, "__init__", light_row)
+        monkeypatch.setattr(Step, "from_db", classmethod(model_row))
+        key, costs = f"s{chain_length - 2}", []
+        for move in (lambda: engine.start_step(run, key),
+                     lambda: engine.complete_step(run, key)):
+            rows.clear()
+            with CaptureQueriesContext(connection) as captured:
+                move()
+            costs.append((len(captured), len(rows)))
+        monkeypatch.undo()
+        return costs
+
+    def test_a_transition_costs_the_same_in_a_long_run(self, db, monkeypatch):
+        short = self.cost_of_next_step(4, monkeypatch)
+        assert all(rows <= 3 for _, rows in short)
+        assert self.cost_of_next_step(150, monkeypatch) == short
