@@ -77,7 +77,9 @@ class TestReadySet:
         steps = {s.key: s for s in run.steps.all()}
         assert [s.key for s in engine.ready_steps(run, steps)] == ["build"]
 
-    def test_continue_on_failure_counts_as_settled(self, db):
+    @pytest.fixture
+    def settled_failure(self, db):
+        """A run whose step a failed with continue_on_failure, so its dependant b may go on."""
         from workflows.specs import store_spec
 
         spec = store_spec({"name": "cof", "steps": [
@@ -87,20 +89,16 @@ class TestReadySet:
         run = engine.open_run(spec).run
         engine.start_step(run, "a")
         engine.fail_step(run, "a", summary="boom")
+        return run
+
+    def test_continue_on_failure_counts_as_settled(self, settled_failure):
+        run = settled_failure
         assert status(run) == {"run": "running", "a": "failed", "b": "pending"}
         steps = {s.key: s for s in run.steps.all()}
         assert [s.key for s in engine.ready_steps(run, steps)] == ["b"]
 
-    def test_retrying_a_settled_failure_holds_its_dependants_back_again(self, db):
-        from workflows.specs import store_spec
-
-        spec = store_spec({"name": "cof-retry", "steps": [
-            {"key": "a", "run": {"command": ["true"]}, "continue_on_failure": True},
-            {"key": "b", "depends_on": ["a"], "run": {"command": ["true"]}},
-        ]})[0]
-        run = engine.open_run(spec).run
-        engine.start_step(run, "a")
-        engine.fail_step(run, "a", summary="boom")
+    def test_retrying_a_settled_failure_holds_its_dependants_back_again(self, settled_failure):
+        run = settled_failure
         engine.retry_step(run, "a")
         with pytest.raises(engine.IllegalTransition, match="waiting on its dependencies"):
             engine.start_step(run, "b")

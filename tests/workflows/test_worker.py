@@ -131,6 +131,29 @@ def test_sweeper_rerings_idle_ready_steps(db, settings, monkeypatch):
     assert sweeper.sweep(now=later).rerung == 1 and rung == [step_id(run, "a")]
 
 
+def test_sweeper_rerings_due_retries_but_not_runs_held_by_a_failure(db, settings, monkeypatch):
+    rung = []
+    monkeypatch.setattr("workflows.dispatch.ring", lambda ids: rung.extend(ids))
+    flaky = engine.open_run(spec({"key": "a", "max_retries": 2, "run": {"command": ["true"]}}))
+    engine.start_step(flaky.run, "a")
+    engine.fail_step(flaky.run, "a")  # retrying
+    store_spec({"name": "held", "steps": [
+        {"key": "broken", "run": {"command": ["false"]}},
+        {"key": "slow", "run": {"command": ["true"]}},
+        {"key": "idle", "run": {"command": ["true"]}},
+    ]})
+    held = engine.open_run("held").run
+    for key in ("broken", "slow"):
+        engine.start_step(held, key)
+    # Still running (slow is active), but a hard failure holds back "idle".
+    engine.fail_step(held, "broken", retryable=False)
+    assert status(held)["run"] == "running"
+    Step.objects.update(rung_at=None, retry_after=timezone.now())
+    later = timezone.now() + timedelta(seconds=3 * settings.TOLLGATE_SWEEP_SECONDS)
+    assert sweeper.sweep(now=later).rerung == 1
+    assert rung == [step_id(flaky.run, "a")]
+
+
 def test_expired_lease_query_uses_the_partial_index(db):
     from django.db import connection
 
