@@ -1,12 +1,20 @@
-"""Huey tasks: thin doorbells over the worker and sweeper functions."""
+"""Huey tasks: thin doorbells over the worker and sweeper functions.
+
+Doorbell tasks return nothing: nobody reads their results, and Huey would keep each one in
+its result store for good. What they did is logged, and recorded in the database.
+"""
 
 from __future__ import annotations
+
+import logging
 
 from django.conf import settings
 from huey.consumer import Scheduler
 from huey.contrib.djhuey import db_periodic_task, db_task
 
 from . import sweeper, worker
+
+log = logging.getLogger(__name__)
 
 # Huey looks at periodic tasks once a minute; the sweeper must run every
 # TOLLGATE_SWEEP_SECONDS, and every periodic task here is safe to run that often.
@@ -18,13 +26,13 @@ def every_tick(_now) -> bool:
 
 
 @db_task()
-def run_step(step_id: int) -> str:
-    return worker.run_step(step_id)
+def run_step(step_id: int) -> None:
+    log.info("step %s: %s", step_id, worker.run_step(step_id))
 
 
 @db_task()
-def compensate_run(run_id: int) -> list[str]:
-    return worker.compensate_run(run_id)
+def compensate_run(run_id: int) -> None:
+    log.info("run %s: compensated %s", run_id, worker.compensate_run(run_id))
 
 
 @db_periodic_task(every_tick)
@@ -49,10 +57,11 @@ def apply_gate_deadlines() -> int:
 
 
 @db_task()
-def send_notifications(checkpoint_id: int, events: list) -> int:
+def send_notifications(checkpoint_id: int, events: list) -> None:
     from . import notifications
 
-    return notifications.deliver(checkpoint_id, [tuple(e) for e in events])
+    sent = notifications.deliver(checkpoint_id, [tuple(e) for e in events])
+    log.info("checkpoint %s: %s notification(s) sent", checkpoint_id, sent)
 
 
 @db_task()

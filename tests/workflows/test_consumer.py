@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from huey.contrib.djhuey import HUEY
 
 from workflows import engine
 from workflows.models import Checkpoint, Run, Step
@@ -104,6 +105,7 @@ def test_two_consumers_run_every_step_exactly_once(consumers, tmp_path):
     steps = [{"key": f"s{i}", "run": {"callable": "tests.callables.record"}}
              for i in range(100)]
     spec = store_spec({"name": "wide", "steps": steps})[0]
+    HUEY.storage.flush_results()
     consumers(workers=2, TOLLGATE_TRACE_FILE=str(trace))
     consumers(workers=2, TOLLGATE_TRACE_FILE=str(trace))
     runs = [engine.open_run(spec).run for _ in range(2)]
@@ -116,3 +118,4 @@ def test_two_consumers_run_every_step_exactly_once(consumers, tmp_path):
     assert len({line.rsplit(":", 1)[1] for line in lines}) == 2  # both consumers worked
     for run in runs:
         assert set(completions(run).values()) == {1}
+    assert HUEY.storage.result_store_size() == 0  # doorbells leave nothing behind in the queue
