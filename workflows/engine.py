@@ -27,6 +27,7 @@ from django.utils import timezone
 from goals.models import Goal
 
 from .models import (
+    OPEN_STEP_STATUSES,
     STEP_FRONTIER,
     Approval,
     Checkpoint,
@@ -89,10 +90,8 @@ def _settled(step) -> bool:
 
 def _load(run: Run, **lookup) -> Step | None:
     """A step of a locked run, read after the lock so that it is current."""
-    hard_failure = Step.objects.filter(run=OuterRef("run"), status=StepStatus.FAILED,
-                                       continue_on_failure=False)
     step = (Step.objects.filter(run=run, **lookup)
-            .annotate(run_has_hard_failure=Exists(hard_failure)).first())
+            .annotate(run_has_hard_failure=RUN_HAS_HARD_FAILURE).first())
     if step is not None:
         step.run = run
         # A commit saves only the columns that changed, and tells the step's dependents
@@ -123,8 +122,6 @@ def _step(run: Run, key: str) -> Step:
     return step
 
 
-OPEN_STEP_STATUSES = (StepStatus.RUNNING, StepStatus.RETRYING, StepStatus.WAITING_APPROVAL,
-                      StepStatus.BLOCKED)
 SETTLED = Q(status__in=[StepStatus.COMPLETED, StepStatus.SKIPPED]) | Q(
     status=StepStatus.FAILED, continue_on_failure=True)
 FRONTIER_FIELDS = (
@@ -181,6 +178,11 @@ def _hard_failure(steps) -> Step | None:
     return None
 
 
+# For a step row: does its run have a failed step that holds the run back?
+RUN_HAS_HARD_FAILURE = Exists(Step.objects.filter(
+    run=OuterRef("run"), status=StepStatus.FAILED, continue_on_failure=False))
+
+
 def _require_open(run: Run, action: str) -> None:
     if run.is_terminal:
         raise IllegalTransition(f"Cannot {action}: run {run.pk} is {run.status}.")
@@ -223,6 +225,13 @@ def _is_ready(step, now) -> bool:
         return step.waiting_on == 0
     return step.status == StepStatus.RETRYING and (
         step.retry_after is None or step.retry_after <= now)
+
+
+def ready_filter(now) -> Q:
+    """Worker steps that may start at `now`, short of the run's state (see ready_steps)."""
+    due = Q(retry_after__isnull=True) | Q(retry_after__lte=now)
+    return Q(kind=StepKind.RUN) & (
+        Q(status=StepStatus.PENDING, waiting_on=0) | Q(status=StepStatus.RETRYING) & due)
 
 
 def ready_steps(run: Run, steps, now=None) -> list:
@@ -323,10 +332,9 @@ def _commit(
                 _open_gate(gate, now)
                 activated.append(gate.key)
                 resave.append(gate)
-    # Ready steps already rung are not in the frontier; with nothing else open, look them up.
     busy = any(s.status != StepStatus.PENDING for s in frontier)
     # The ready step to name: the first not yet rung, else (ready steps already rung are
-    # not in the frontier) the first one at all.
+    # not in the frontier) the first one at all, looked up when nothing else is open.
     ready = next((s for s in frontier
                   if s.kind == StepKind.RUN and s.status == StepStatus.PENDING), None)
     if ready is None and not busy:
@@ -389,7 +397,7 @@ def _commit(
 
 
 def _first_ready(run: Run) -> StepState | None:
-    rows = _frontier(run, Q(status=StepStatus.PENDING, waiting_on=0, kind=StepKind.RUN), 1)
+    rows = _frontier(run, ready_filter(timezone.now()), 1)
     return rows[0] if rows else None
 
 
@@ -750,8 +758,7 @@ def cancel_run(run, *, actor=None, reason: str = "") -> Checkpoint | None:
             return None
         _require_open(run, "cancel")
         now = timezone.now()
-        open_steps = Step.objects.filter(run=run, status__in=[StepStatus.PENDING,
-                                                              *OPEN_STEP_STATUSES])
+        open_steps = Step.objects.filter(run=run, status__in=OPEN_STEP_STATUSES)
         cancelled = list(open_steps.order_by("index").values_list("key", flat=True))
         # Keep lease tokens: a worker's heartbeat sees its step cancelled and stops the process.
         closed = {"status": StepStatus.CANCELLED, "lease_expires_at": None, "deadline_at": None,

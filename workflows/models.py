@@ -51,13 +51,14 @@ class StepStatus(models.TextChoices):
     CANCELLED = "cancelled"
 
 
-OPEN_STEP_STATUSES = (
-    StepStatus.PENDING,
+# Steps under way: started, or waiting on people. With pending ones, the open steps.
+UNDER_WAY_STEP_STATUSES = (
     StepStatus.RUNNING,
-    StepStatus.WAITING_APPROVAL,
     StepStatus.RETRYING,
+    StepStatus.WAITING_APPROVAL,
     StepStatus.BLOCKED,
 )
+OPEN_STEP_STATUSES = (StepStatus.PENDING, *UNDER_WAY_STEP_STATUSES)
 
 
 class StepKind(models.TextChoices):
@@ -162,9 +163,10 @@ class Run(models.Model):
 # dependencies are settled, and ready worker steps not rung yet. The rest of the run is
 # settled, waits on these, or is ready and already rung. The engine reads only these rows.
 STEP_FRONTIER = (
-    Q(status__in=["running", "retrying", "waiting_approval", "blocked"])
-    | Q(status="failed", continue_on_failure=False)
-    | Q(status="pending", waiting_on=0) & (Q(kind="approval") | Q(rung_at__isnull=True))
+    Q(status__in=UNDER_WAY_STEP_STATUSES)
+    | Q(status=StepStatus.FAILED, continue_on_failure=False)
+    | Q(status=StepStatus.PENDING, waiting_on=0)
+    & (Q(kind=StepKind.APPROVAL) | Q(rung_at__isnull=True))
 )
 
 
@@ -240,11 +242,6 @@ class Step(models.Model):
             models.Index(fields=["run", "index"], condition=STEP_FRONTIER,
                          name="step_frontier_idx"),
             models.Index(fields=["run", "status"], name="step_run_status_idx"),
-            models.Index(
-                fields=["status", "retry_after"],
-                condition=Q(status__in=["pending", "retrying"]),
-                name="step_ready_idx",
-            ),
         ]
 
     def __str__(self) -> str:

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from . import dispatch, engine
-from .models import Run, RunStatus, Step, StepKind, StepStatus
+from .models import Run, RunStatus, Step, StepStatus
 
 
 @dataclass
@@ -45,14 +45,9 @@ def rering_idle(now, limit: int) -> int:
     idle_runs = (Run.objects.filter(status__in=[RunStatus.OPEN, RunStatus.RUNNING],
                                     updated_at__lt=quiet)
                  .order_by("updated_at").values_list("pk", flat=True)[:limit])
-    hard_failure = Step.objects.filter(run=OuterRef("run"), status=StepStatus.FAILED,
-                                       continue_on_failure=False)
-    ready = (Step.objects.filter(run__in=list(idle_runs), kind=StepKind.RUN)
-             .filter(Q(status=StepStatus.PENDING, waiting_on=0)
-                     | Q(status=StepStatus.RETRYING, retry_after__lte=now)
-                     | Q(status=StepStatus.RETRYING, retry_after__isnull=True))
+    ready = (Step.objects.filter(engine.ready_filter(now), run__in=list(idle_runs))
              .filter(Q(rung_at__isnull=True) | Q(rung_at__lt=quiet))
-             .exclude(Exists(hard_failure)))
+             .exclude(engine.RUN_HAS_HARD_FAILURE))
     ring = list(ready.values_list("pk", flat=True)[:limit])
     dispatch.ring(ring)
     return len(ring)

@@ -40,6 +40,11 @@ class Migration(migrations.Migration):
             model_name='step',
             index=models.Index(fields=['run', 'status'], name='step_run_status_idx'),
         ),
+        # Ready steps are found within a run now, by the frontier and the indexes above.
+        migrations.RemoveIndex(
+            model_name='step',
+            name='step_ready_idx',
+        ),
         # Ordering by run_id, not run, keeps Run's own ordering (a join) out of step queries.
         migrations.AlterModelOptions(
             name="checkpoint",
