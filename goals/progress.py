@@ -98,9 +98,9 @@ def progress_report(root: Goal | None = None, now: datetime | None = None) -> Re
     if root is not None:
         subtree = RawSQL(SUBTREE_SQL, [root.pk])
         goals = goals.filter(pk__in=subtree)
-        runs = runs.filter(goal_id__in=RawSQL(SUBTREE_SQL, [root.pk]))
-        steps = steps.filter(run__goal_id__in=RawSQL(SUBTREE_SQL, [root.pk]))
-        approvals = approvals.filter(step__run__goal_id__in=RawSQL(SUBTREE_SQL, [root.pk]))
+        runs = runs.filter(goal_id__in=subtree)
+        steps = steps.filter(run__goal_id__in=subtree)
+        approvals = approvals.filter(step__run__goal_id__in=subtree)
 
     by_status = dict.fromkeys(GoalStatus.values, 0)
     by_status.update(goals.values_list("status").annotate(n=Count("pk")).order_by())

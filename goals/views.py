@@ -53,10 +53,7 @@ def goal_detail(request, pk: int):
     chain = ancestor_ids(pk)[1:]
     ancestors = Goal.objects.in_bulk(chain)
     children = list(goal.children.select_related("owner").order_by("title", "pk"))
-    sums = rollups([goal.pk, *(c.pk for c in children)])
-    goal.rollup = sums[goal.pk]
-    for child in children:
-        child.rollup = sums[child.pk]
+    _with_rollups([goal, *children])
     runs = list(Run.objects.filter(goal=goal).select_related("spec", "requested_by")
                 .order_by("-created_at", "-id")[:50])
     return render(request, "goals/goal_detail.html", {

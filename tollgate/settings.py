@@ -119,6 +119,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"  # filled by collectstatic; WhiteNoise serves it
 STATIC_ROOT.mkdir(exist_ok=True)
+STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
@@ -204,6 +205,5 @@ LOGGING = {
 }
 # Seconds between SIGTERM and SIGKILL when a step's process group is stopped.
 TOLLGATE_KILL_GRACE_SECONDS = float(os.environ.get("TOLLGATE_KILL_GRACE_SECONDS", "5"))
-STATICFILES_DIRS = [BASE_DIR / "static"]
 # Email people about gates and failed runs (through Huey, after the transition commits).
 TOLLGATE_NOTIFY = env_bool("TOLLGATE_NOTIFY", True)

@@ -300,9 +300,9 @@ def checkpoint_out(c: Checkpoint, keys: dict[int, str]) -> dict:
             "step_status": c.step_status, "evidence": c.evidence, "state_patch": c.state_patch}
 
 
-def fresh_run(pk: int) -> dict:
+def fresh_run(pk: int, *, reused: bool = False) -> dict:
     run = get_run(pk)
-    return run_out(run, steps=list(run.steps.order_by("index")))
+    return run_out(run, steps=list(run.steps.order_by("index")), reused=reused)
 
 
 # --- specs --------------------------------------------------------------------------------
@@ -411,9 +411,7 @@ def create_run(request, payload: RunIn):
     opened = engine.open_run(payload.spec, actor=request.user, goal=payload.goal,
                              idempotency_key=payload.idempotency_key,
                              shared_state=payload.shared_state, title=payload.title)
-    run = get_run(opened.run.pk)
-    return Status(200 if opened.reused else 201, run_out(
-        run, steps=list(run.steps.order_by("index")), reused=opened.reused))
+    return Status(200 if opened.reused else 201, fresh_run(opened.run.pk, reused=opened.reused))
 
 
 RunStatusName = Literal["open", "running", "blocked", "waiting_approval", "failed", "completed",
