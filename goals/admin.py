@@ -28,17 +28,17 @@ def _bulk_status(modeladmin, request, queryset, status: str) -> None:
         modeladmin.message_user(request, message, messages.ERROR)
 
 
-@admin.action(description="Mark selected goals completed")
+@admin.action(description="Mark selected goals completed", permissions=["change"])
 def mark_completed(modeladmin, request, queryset):
     _bulk_status(modeladmin, request, queryset, GoalStatus.COMPLETED)
 
 
-@admin.action(description="Mark selected goals abandoned")
+@admin.action(description="Mark selected goals abandoned", permissions=["change"])
 def mark_abandoned(modeladmin, request, queryset):
     _bulk_status(modeladmin, request, queryset, GoalStatus.ABANDONED)
 
 
-@admin.action(description="Reopen selected goals (active)")
+@admin.action(description="Reopen selected goals (active)", permissions=["change"])
 def reopen(modeladmin, request, queryset):
     _bulk_status(modeladmin, request, queryset, GoalStatus.ACTIVE)
 

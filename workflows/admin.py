@@ -27,7 +27,7 @@ class SpecForm(forms.ModelForm):
         pass  # storage (versioning) is store_spec's job, not the model's
 
 
-@admin.action(description="Archive selected specs")
+@admin.action(description="Archive selected specs", permissions=["change"])
 def archive_specs(modeladmin, request, queryset):
     count = queryset.update(status=SpecStatus.ARCHIVED)
     modeladmin.message_user(request, f"{count} spec(s) archived.")
@@ -88,7 +88,7 @@ class CheckpointInline(ReadOnlyInline):
     readonly_fields = fields
 
 
-@admin.action(description="Cancel selected runs")
+@admin.action(description="Cancel selected runs", permissions=["operate"])
 def cancel_runs(modeladmin, request, queryset):
     for run in queryset:
         try:
@@ -113,6 +113,9 @@ class RunAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False  # runs are opened through the engine (web, API, start_run)
 
+    def has_operate_permission(self, request):
+        return request.user.has_perm("workflows.operate_run")
+
     def has_delete_permission(self, request, obj=None):
         return False
 
@@ -130,7 +133,7 @@ class ApprovalAdmin(admin.ModelAdmin):
         return False
 
 
-@admin.action(description="Revoke selected tokens")
+@admin.action(description="Revoke selected tokens", permissions=["change"])
 def revoke_tokens(modeladmin, request, queryset):
     from django.utils import timezone
 

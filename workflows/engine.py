@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from goals.models import Goal
 
+from . import permissions
 from .models import (
     OPEN_STEP_STATUSES,
     STEP_FRONTIER,
@@ -181,6 +182,13 @@ def _hard_failure(steps) -> Step | None:
 # For a step row: does its run have a failed step that holds the run back?
 RUN_HAS_HARD_FAILURE = Exists(Step.objects.filter(
     run=OuterRef("run"), status=StepStatus.FAILED, continue_on_failure=False))
+
+
+def _require_operator(actor, action: str) -> None:
+    """A person must hold the operator permission; the system (None or a name) may act."""
+    if permissions.is_person(actor) and not permissions.can_operate(actor):
+        raise NotPermitted(f"{_actor(actor)[1]} may not {action}: that needs the operator "
+                           "permission.")
 
 
 def _require_open(run: Run, action: str) -> None:
@@ -708,6 +716,7 @@ def reject(run, key: str, *, user, comment: str) -> Checkpoint:
 
 def retry_step(run, key: str, *, actor=None) -> Checkpoint:
     """Try a failed step again; a gate asks for fresh approvals."""
+    _require_operator(actor, f"retry {key}")
     with transaction.atomic():
         run = _lock(run)
         step = _step(run, key)
@@ -732,10 +741,17 @@ def retry_step(run, key: str, *, actor=None) -> Checkpoint:
 
 
 def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
-    """Skip a step that is not running; its dependants may go on."""
+    """Skip a work step that is not running; its dependants may go on.
+
+    A gate is never skipped, whoever asks: only its approvers pass it, under its quorum.
+    """
+    _require_operator(actor, f"skip {key}")
     with transaction.atomic():
         run = _lock(run)
         step = _step(run, key)
+        if step.kind == StepKind.APPROVAL:
+            raise IllegalTransition(f"{key} is an approval gate: it is decided by the "
+                                    f"{step.approval_group} group, never skipped.")
         # A failed run stays failed until a retry: skipping is for runs still in motion.
         _require_open(run, f"skip {key}")
         if step.status in (StepStatus.RUNNING, StepStatus.COMPLETED, StepStatus.SKIPPED,
@@ -752,6 +768,7 @@ def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
 
 def cancel_run(run, *, actor=None, reason: str = "") -> Checkpoint | None:
     """Cancel a run and its open steps. Cancelling a cancelled run changes nothing."""
+    _require_operator(actor, "cancel runs")
     with transaction.atomic():
         run = _lock(run)
         if run.status == RunStatus.CANCELLED:

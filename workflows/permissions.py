@@ -5,6 +5,11 @@ from __future__ import annotations
 from .models import OPEN_RUN_STATUSES, StepStatus
 
 
+def is_person(actor) -> bool:
+    """An actor that is a user account, as opposed to the system (None or a name)."""
+    return actor is not None and not isinstance(actor, str)
+
+
 def can_operate(user) -> bool:
     """Retry, skip and cancel need the operator permission."""
     return user.is_authenticated and user.has_perm("workflows.operate_run")

@@ -156,14 +156,12 @@ def step_action(request, pk: int, key: str, action: str):
         elif action == "reject":
             engine.reject(run, key, user=request.user, comment=comment)
             done = f"You rejected {key}."
-        elif action in ("retry", "skip"):
-            if not can_operate(request.user):
-                raise engine.NotPermitted(f"{action.title()} needs the operator permission.")
-            if action == "retry":
-                engine.retry_step(run, key, actor=request.user)
-            else:
-                engine.skip_step(run, key, actor=request.user, reason=comment)
-            done = f"{key}: {action} requested."
+        elif action == "retry":
+            engine.retry_step(run, key, actor=request.user)
+            done = f"{key}: retry requested."
+        elif action == "skip":
+            engine.skip_step(run, key, actor=request.user, reason=comment)
+            done = f"{key} skipped."
         else:
             return HttpResponse(status=404)
     except engine.WorkflowError as exc:
@@ -179,8 +177,6 @@ def run_cancel(request, pk: int):
             return HttpResponseForbidden("Cancelling needs the operator permission.")
         return render(request, "workflows/run_cancel.html", {"run": run})
     try:
-        if not can_operate(request.user):
-            raise engine.NotPermitted("Cancelling needs the operator permission.")
         engine.cancel_run(run, actor=request.user,
                           reason=request.POST.get("reason", "").strip()[:500])
     except engine.WorkflowError as exc:
