@@ -1,5 +1,5 @@
 from django.contrib import admin, messages
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 
 from .models import Goal, GoalStatus
 from .services import goal_set_status
@@ -18,10 +18,12 @@ def _bulk_status(modeladmin, request, queryset, status: str) -> None:
     changed, refused = 0, []
     for goal in queryset:
         try:
-            goal_set_status(goal, status)
+            goal_set_status(goal, status, actor=request.user)
             changed += 1
         except ValidationError as exc:
             refused.append(f"{goal}: {'; '.join(exc.messages)}")
+        except PermissionDenied as exc:
+            refused.append(f"{goal}: {exc}")
     if changed:
         modeladmin.message_user(request, f"{changed} goal(s) marked {status}.")
     for message in refused:

@@ -37,10 +37,10 @@ def release_spec(db):
 
 @pytest.fixture
 def people(db):
-    """A requester/operator, two QA approvers, an outsider and a manager."""
+    """A requester/operator, two QA approvers (bob starts runs too), an outsider, a manager."""
     return {
-        "alice": make_user("alice", "operators", perms=("operate_run",)),
-        "bob": make_user("bob", "qa"),
+        "alice": make_user("alice", "operators", perms=("operate_run", "add_run")),
+        "bob": make_user("bob", "qa", perms=("add_run",)),
         "carol": make_user("carol", "qa"),
         "erin": make_user("erin"),
         "dave": make_user("dave", "managers"),

@@ -54,7 +54,7 @@ def call(url: str, token: str, data=None, method=None):
 def test_gunicorn_and_two_consumers_run_a_release(people, tmp_path, settings):
     alice = people["alice"]
     alice.user_permissions.add(*Permission.objects.filter(
-        codename__in=["add_run", "add_workflowspec"]))
+        codename__in=["add_run", "add_workflowspec", "author_command_spec"]))
     alice_token = ApiToken.objects.issue(alice)[1]
     bob_token = ApiToken.objects.issue(people["bob"])[1]
     carol_token = ApiToken.objects.issue(people["carol"])[1]

@@ -5,7 +5,7 @@ from django.contrib import admin, messages
 
 from . import engine
 from .models import ApiToken, Approval, Checkpoint, Run, Schedule, SpecStatus, Step, WorkflowSpec
-from .specs import SpecError, store_spec, validate_spec
+from .specs import SpecError, require_author, store_spec, validate_spec
 
 
 class SpecForm(forms.ModelForm):
@@ -13,14 +13,23 @@ class SpecForm(forms.ModelForm):
         model = WorkflowSpec
         fields = ["name", "definition"]
 
+    actor = None  # the signed-in user, set by the admin: loading specs has its own rules
+
     def clean(self):
         data = super().clean()
         definition = data.get("definition")
-        if isinstance(definition, dict):
-            try:
-                data["definition"] = validate_spec({**definition, "name": data.get("name")})
-            except SpecError as exc:
-                raise forms.ValidationError({"definition": str(exc)}) from None
+        if "definition" not in data:
+            return data
+        if not isinstance(definition, dict):
+            raise forms.ValidationError(
+                {"definition": "A spec must be a JSON object with name and steps."})
+        try:
+            data["definition"] = validate_spec({**definition, "name": data.get("name")})
+            require_author(self.actor, data["definition"])
+        except SpecError as exc:
+            raise forms.ValidationError({"definition": str(exc)}) from None
+        except engine.NotPermitted as exc:
+            raise forms.ValidationError(str(exc)) from None
         return data
 
     def _post_clean(self):
@@ -41,6 +50,11 @@ class WorkflowSpecAdmin(admin.ModelAdmin):
     search_fields = ["name", "description"]
     actions = [archive_specs]
 
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        form.actor = request.user
+        return form
+
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return []
@@ -56,7 +70,7 @@ class WorkflowSpecAdmin(admin.ModelAdmin):
         return format_html("<pre>{}</pre>", json.dumps(obj.definition, indent=2))
 
     def save_model(self, request, obj, form, change):
-        spec, created = store_spec(form.cleaned_data["definition"])
+        spec, created = store_spec(form.cleaned_data["definition"], actor=request.user)
         obj.pk, obj.version, obj.status = spec.pk, spec.version, spec.status
         if not created:
             self.message_user(request, f"{spec} is unchanged; no new version stored.",

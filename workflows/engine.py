@@ -432,6 +432,8 @@ def open_run(
     With an idempotency key already used by an open run of the same spec, that run is
     returned and marked reused; the database's partial unique index settles races.
     """
+    if permissions.is_person(actor) and not permissions.has(actor, permissions.START):
+        raise NotPermitted(f"{_actor(actor)[1] or 'anonymous'} may not start runs.")
     if isinstance(spec, str):
         spec_obj = WorkflowSpec.objects.filter(name=spec, status="active").first()
         if spec_obj is None:
@@ -642,14 +644,11 @@ def _fail(run, step, actor, summary, evidence, retryable=True) -> Checkpoint:
 
 
 def _check_approver(run: Run, step: Step, user) -> None:
-    if user is None or isinstance(user, str) or not user.is_authenticated:
-        raise NotPermitted("Only a signed-in member of the approver group may decide a gate.")
-    if not user.groups.filter(name=step.approval_group).exists():
-        raise NotPermitted(f"{user.get_username()} is not in the {step.approval_group!r} group, "
-                           f"which decides {step.key}.")
-    if run.requested_by_id == user.pk and not step.allow_self_approval:
-        raise NotPermitted(f"{user.get_username()} requested run {run.pk} and cannot decide its "
-                           f"gate {step.key}.")
+    groups = set(user.groups.values_list("name", flat=True)) if permissions.is_person(
+        user) and user.is_authenticated else set()
+    refusal = permissions.decide_refusal(user, run, step, groups=groups)
+    if refusal:
+        raise NotPermitted(refusal)
 
 
 def _gate(run, key, user, verb: str) -> Step:
@@ -745,13 +744,13 @@ def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
 
     A gate is never skipped, whoever asks: only its approvers pass it, under its quorum.
     """
-    _require_operator(actor, f"skip {key}")
     with transaction.atomic():
         run = _lock(run)
         step = _step(run, key)
         if step.kind == StepKind.APPROVAL:
             raise IllegalTransition(f"{key} is an approval gate: it is decided by the "
                                     f"{step.approval_group} group, never skipped.")
+        _require_operator(actor, f"skip {key}")
         # A failed run stays failed until a retry: skipping is for runs still in motion.
         _require_open(run, f"skip {key}")
         if step.status in (StepStatus.RUNNING, StepStatus.COMPLETED, StepStatus.SKIPPED,
@@ -802,6 +801,10 @@ def record_transition(run, key: str, *, actor=None, step_status: str | None = No
         raise InvalidInput("evidence must be a JSON object.")
     with transaction.atomic():
         run = _lock(run)
+        if permissions.is_person(actor) and run.requested_by_id != actor.pk and not (
+                permissions.can_operate(actor)):
+            raise NotPermitted(f"Only the run's requester or an operator may report on run "
+                               f"{run.pk}.")
         step = _step(run, key)
         _require_open(run, f"report on {key}")
         if step.kind == StepKind.APPROVAL:

@@ -78,6 +78,8 @@ class WorkflowSpec(models.Model):
     class Meta:
         ordering = ["name", "-version"]
         verbose_name = "workflow spec"
+        permissions = [("author_command_spec",
+                        "Can load specs that run commands or shell on the workers")]
         constraints = [
             models.UniqueConstraint(fields=["name", "version"], name="spec_name_version_unique"),
             models.UniqueConstraint(
@@ -132,7 +134,7 @@ class Run(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        permissions = [("operate_run", "Can retry, skip and cancel runs")]
+        permissions = [("operate_run", "Can retry, skip, cancel and recover runs")]
         indexes = [
             models.Index(fields=["status", "-created_at"]),
             models.Index(fields=["goal", "status"]),

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import logging
 
-from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from .models import Checkpoint, Notification
+from .permissions import deciders
 
 log = logging.getLogger(__name__)
-
-
-def _group_members(group: str):
-    return get_user_model().objects.filter(groups__name=group, is_active=True).exclude(email="")
 
 
 def messages_for(checkpoint: Checkpoint, event: str, step_key: str):
@@ -25,9 +21,7 @@ def messages_for(checkpoint: Checkpoint, event: str, step_key: str):
     requester = run.requested_by if run.requested_by and run.requested_by.email else None
     link = run.get_absolute_url()
     if event in ("gate_waiting", "gate_escalated") and step is not None:
-        members = _group_members(step.approval_group)
-        if not step.allow_self_approval and run.requested_by_id:
-            members = members.exclude(pk=run.requested_by_id)
+        members = deciders(run, step).exclude(email="")
         verb = "was escalated to" if event == "gate_escalated" else "waits on"
         for user in members:
             yield user, f"[Tollgate] {step.title} {verb} {step.approval_group}: {run}", (

@@ -1,8 +1,22 @@
-"""Who may press which button; the engine checks the approval rules again on every press."""
+"""Who may do what. The engine enforces these rules; pages, the API and mail only ask them.
+
+The gate rule is written once here in two forms that must agree (a test pins it): a
+predicate for one user and gate (`decide_refusal`), and querysets for the inbox
+(`decidable_by`) and for the people a notification goes to (`deciders`).
+"""
 
 from __future__ import annotations
 
-from .models import OPEN_RUN_STATUSES, StepStatus
+from django.contrib.auth import get_user_model
+from django.db.models import Exists, OuterRef, Q, QuerySet
+
+from .models import OPEN_RUN_STATUSES, Approval, RunStatus, Step, StepStatus
+
+OPERATE = "workflows.operate_run"
+START = "workflows.add_run"
+LOAD_SPECS = "workflows.add_workflowspec"
+# Specs that run programs on the workers (`command` or `shell`) need a permission of their own.
+AUTHOR_COMMANDS = "workflows.author_command_spec"
 
 
 def is_person(actor) -> bool:
@@ -10,9 +24,13 @@ def is_person(actor) -> bool:
     return actor is not None and not isinstance(actor, str)
 
 
+def has(user, perm: str) -> bool:
+    return bool(user is not None and user.is_authenticated and user.has_perm(perm))
+
+
 def can_operate(user) -> bool:
-    """Retry, skip and cancel need the operator permission."""
-    return user.is_authenticated and user.has_perm("workflows.operate_run")
+    """Retry, skip, cancel and recover need the operator permission."""
+    return has(user, OPERATE)
 
 
 def group_names(user) -> set[str]:
@@ -21,21 +39,78 @@ def group_names(user) -> set[str]:
     return user._tollgate_groups
 
 
+def decide_refusal(user, run, step, *, groups: set[str] | None = None) -> str | None:
+    """Why this user may not decide this gate now, or None when they may.
+
+    `groups` are the user's group names when the caller has just read them (the engine
+    does, under the run lock). Whether they already decided this attempt is the engine's
+    to check under the lock too.
+    """
+    name = user.get_username() if is_person(user) else "anonymous"
+    if not is_person(user) or not user.is_authenticated or not user.is_active:
+        return "Only a signed-in member of the approver group may decide a gate."
+    if step.status != StepStatus.WAITING_APPROVAL or run.status not in OPEN_RUN_STATUSES:
+        return f"{step.key} is not waiting for approval."
+    if step.approval_group not in (group_names(user) if groups is None else groups):
+        return (f"{name} is not in the {step.approval_group!r} group, which decides "
+                f"{step.key}.")
+    if run.requested_by_id == user.pk and not step.allow_self_approval:
+        return f"{name} requested run {run.pk} and cannot decide its gate {step.key}."
+    return None
+
+
 def can_decide(user, run, step, decided_step_ids: set[int]) -> bool:
-    """True when this user may approve or reject this gate now."""
+    """True when this user may approve or reject this gate now (the buttons)."""
+    return decide_refusal(user, run, step) is None and step.pk not in decided_step_ids
+
+
+def decidable_by(user) -> QuerySet[Step]:
+    """Gates this user may decide now: their group, not yet decided by them, not self-barred."""
+    if not (is_person(user) and user.is_authenticated and user.is_active):
+        return Step.objects.none()
+    decided = Approval.objects.filter(step=OuterRef("pk"), attempt=OuterRef("attempt"),
+                                      user=user)
     return (
-        user.is_authenticated
-        and step.status == StepStatus.WAITING_APPROVAL
-        and run.status in OPEN_RUN_STATUSES
-        and step.approval_group in group_names(user)
-        and (run.requested_by_id != user.pk or step.allow_self_approval)
-        and step.pk not in decided_step_ids
+        Step.objects.filter(status=StepStatus.WAITING_APPROVAL,
+                            approval_group__in=user.groups.values("name"),
+                            run__status__in=OPEN_RUN_STATUSES)
+        .exclude(Q(run__requested_by=user) & Q(allow_self_approval=False))
+        .exclude(Exists(decided))
+        .order_by("waiting_since", "pk")
     )
 
 
+def deciders(run, step) -> QuerySet:
+    """The people who may decide this gate now and have not yet (a notification's audience)."""
+    users = get_user_model().objects.filter(is_active=True, groups__name=step.approval_group)
+    if step.status != StepStatus.WAITING_APPROVAL or run.status not in OPEN_RUN_STATUSES:
+        return users.none()
+    if not step.allow_self_approval and run.requested_by_id:
+        users = users.exclude(pk=run.requested_by_id)
+    return users.exclude(pk__in=Approval.objects.filter(
+        step=step, attempt=step.attempt).values("user_id")).distinct()
+
+
 def can_retry(user, run, step) -> bool:
-    return step.status == StepStatus.FAILED and run.status != "cancelled" and can_operate(user)
+    return step.status == StepStatus.FAILED and run.status != RunStatus.CANCELLED and (
+        can_operate(user))
+
+
+def can_skip(user, run, step) -> bool:
+    """Work steps only: a gate is never skipped."""
+    return (step.kind != "approval" and run.status in OPEN_RUN_STATUSES and can_operate(user)
+            and step.status in (StepStatus.PENDING, StepStatus.FAILED, StepStatus.BLOCKED,
+                                StepStatus.RETRYING))
 
 
 def can_cancel(user, run) -> bool:
     return run.status in OPEN_RUN_STATUSES and can_operate(user)
+
+
+def runs_programs(definition: dict) -> bool:
+    """Does this spec run commands or shell on the workers (steps or compensations)?"""
+    for item in definition.get("steps", []):
+        for block in (item.get("run") or {}, item.get("compensation") or {}):
+            if isinstance(block, dict) and ("command" in block or "shell" in block):
+                return True
+    return False

@@ -249,11 +249,29 @@ def parse_spec_file(path: str | Path) -> dict:
                         f"{exc.msg}") from None
 
 
-def store_spec(data) -> tuple[WorkflowSpec, bool]:  # noqa: F821
+def require_author(actor, definition: dict) -> None:
+    """A person loading specs needs add_workflowspec, and author_command_spec for a spec that
+    runs commands or shell on the workers. The system (None or a name) may load any."""
+    from . import permissions
+    from .engine import NotPermitted
+
+    if not permissions.is_person(actor):
+        return
+    name = actor.get_username() or "anonymous"
+    if not permissions.has(actor, permissions.LOAD_SPECS):
+        raise NotPermitted(f"{name} may not load specs.")
+    if permissions.runs_programs(definition) and not permissions.has(
+            actor, permissions.AUTHOR_COMMANDS):
+        raise NotPermitted(f"{name} may not load a spec that runs commands or shell: that "
+                           "needs the author_command_spec permission.")
+
+
+def store_spec(data, *, actor=None) -> tuple[WorkflowSpec, bool]:  # noqa: F821
     """Validate and store a spec. Returns (spec, created); unchanged specs are not re-stored."""
     from .models import SpecStatus, WorkflowSpec
 
     definition = validate_spec(data)
+    require_author(actor, definition)
     spec_digest = digest(definition)
     for _ in range(3):
         try:

@@ -15,8 +15,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from . import engine
 from .models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, WorkflowSpec
-from .permissions import can_cancel, can_decide, can_operate, can_retry
-from .selectors import waiting_gates_for
+from .permissions import can_cancel, can_decide, can_operate, can_retry, decidable_by
 
 
 def _dag_order(steps: list) -> list:
@@ -98,7 +97,7 @@ def run_list(request):
     if filters["goal"].isdigit():
         runs = runs.filter(goal_id=int(filters["goal"]))
     if filters["mine"]:
-        runs = runs.filter(pk__in=waiting_gates_for(request.user).values("run_id"))
+        runs = runs.filter(pk__in=decidable_by(request.user).values("run_id"))
     page = Paginator(runs, 25).get_page(request.GET.get("page"))
     query = "&".join(f"{k}={v}" for k, v in filters.items() if v)
     return render(request, "workflows/run_list.html", {
@@ -110,7 +109,7 @@ def run_list(request):
 
 @require_GET
 def inbox(request):
-    gates = list(waiting_gates_for(request.user).select_related("run", "run__goal",
+    gates = list(decidable_by(request.user).select_related("run", "run__goal",
                                                                  "run__requested_by"))
     return render(request, "workflows/inbox.html", {"gates": gates})
 

@@ -29,5 +29,5 @@ def api(people):
     """Clients for alice (requester and operator, may start runs and edit goals) and others."""
     alice = people["alice"]
     alice.user_permissions.add(*Permission.objects.filter(codename__in=[
-        "add_run", "add_workflowspec", "add_goal", "change_goal"]))
+        "add_run", "add_workflowspec", "author_command_spec", "add_goal", "change_goal"]))
     return {name: Api(user) for name, user in people.items()}

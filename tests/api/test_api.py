@@ -58,7 +58,7 @@ class TestAuth:
         gate_open(run)
         response = api["erin"].post(f"/api/runs/{run.pk}/steps/qa/approve")
         assert response.status_code == 403 and "not in the 'qa' group" in response.json()["error"]
-        assert api["bob"].post("/api/runs", {"spec": "release"}).status_code == 403
+        assert api["carol"].post("/api/runs", {"spec": "release"}).status_code == 403
 
     def test_other_users_run_cannot_be_reported_on(self, api, run):
         response = api["bob"].post(f"/api/runs/{run.pk}/transition",

@@ -40,6 +40,9 @@ class EngineMachine(RuleBasedStateMachine):
             user, _ = User.objects.get_or_create(username=name)
             user.groups.add(qa)
             self.users.append(user)
+        from django.contrib.auth.models import Permission
+
+        self.users[2].user_permissions.add(Permission.objects.get(codename="add_run"))
         spec = store_spec(SPEC)[0]
         self.run = engine.open_run(spec, actor=self.users[2]).run
         self.checkpoints = 1

@@ -37,7 +37,7 @@ class Command(BaseCommand):
 
     def _users(self) -> dict[str, User]:
         operate = Permission.objects.filter(
-            codename__in=["operate_run", "add_run", "add_workflowspec"],
+            codename__in=["operate_run", "add_run", "add_workflowspec", "author_command_spec"],
             content_type__app_label="workflows")
         groups = {}
         for name in ["qa", "release-managers", "operators", "managers"]:

@@ -1,0 +1,280 @@
+"""Every action, by every role, through every entry point: each answer pinned.
+
+The engine (and the goal services) keep the rules; this drives the real entry points, the web
+form, the htmx press, the JSON API, the admin and the commands, and checks both the answer
+and whether anything changed.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.core.management import call_command
+from django.test import Client
+
+from goals.models import Goal
+from workflows import engine
+from workflows.models import ApiToken, Run, WorkflowSpec
+
+from .conftest import make_user
+
+pytestmark = pytest.mark.django_db
+
+ROLES = ["anonymous", "member", "approver", "requester", "operator", "staff", "manager",
+         "superuser"]
+COMMAND_SPEC = {"name": "build-only", "steps": [{"key": "b", "run": {"command": ["true"]}}]}
+
+
+@pytest.fixture
+def world(release_spec):
+    """Users for every role; runs waiting at a gate, failed, and not started; a goal."""
+    users = {
+        "member": make_user("mia"),
+        "approver": make_user("bob", "qa"),
+        # In the approver group too: the self-approval rule is what stops her.
+        "requester": make_user("rita", "qa", perms=("add_run",)),
+        "operator": make_user("olga", "operators",
+                              perms=("operate_run", "add_run", "add_workflowspec",
+                                     "author_command_spec")),
+        "staff": make_user("sam", is_staff=True,
+                           perms=("view_run", "view_goal", "view_workflowspec",
+                                  "view_apitoken")),
+        "manager": make_user("dave", "managers"),
+        "superuser": make_user("root", is_staff=True, is_superuser=True),
+    }
+    make_user("carol", "qa")
+    rita = users["requester"]
+    gate = engine.open_run(release_spec, actor=rita, title="gate").run
+    engine.start_step(gate, "build")
+    engine.complete_step(gate, "build")
+    failed = engine.open_run(release_spec, actor=rita, title="failed").run
+    engine.start_step(failed, "build")
+    engine.fail_step(failed, "build", retryable=False, summary="boom")
+    fresh = engine.open_run(release_spec, actor=rita, title="fresh").run
+    goal = Goal.objects.create(title="Ship it")
+    token = ApiToken.objects.issue(rita, "rita's")[0]
+    return {"users": users, "gate": gate, "failed": failed, "fresh": fresh, "goal": goal,
+            "token": token}
+
+
+def browser(world, role, *, htmx=False) -> Client:
+    client = Client(**({"HTTP_HX_REQUEST": "true"} if htmx else {}))
+    if role != "anonymous":
+        client.force_login(world["users"][role])
+    return client
+
+
+def api_client(world, role) -> Client:
+    if role == "anonymous":
+        return Client(enforce_csrf_checks=True)
+    raw = ApiToken.objects.issue(world["users"][role], "matrix")[1]
+    return Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+
+
+def post_json(client, url, data=None):
+    return client.post(url, data or {}, content_type="application/json")
+
+
+def step_status(run, key):
+    return run.steps.get(key=key).status
+
+
+# What each action changes, read back from the database.
+EFFECTS = {
+    "approve": lambda w: w["gate"].steps.get(key="qa").approvals.exists(),
+    "reject": lambda w: step_status(w["gate"], "qa") == "failed",
+    "retry": lambda w: step_status(w["failed"], "build") == "pending",
+    "skip": lambda w: step_status(w["fresh"], "build") == "skipped",
+    "skip_gate": lambda w: step_status(w["gate"], "qa") == "skipped",
+    "cancel": lambda w: Run.objects.get(pk=w["fresh"].pk).status == "cancelled",
+    "start": lambda w: Run.objects.count() == 4,
+    "load_spec": lambda w: WorkflowSpec.objects.filter(name="build-only").exists(),
+    "token_create": lambda w: ApiToken.objects.filter(name="made").exists(),
+    "token_revoke": lambda w: ApiToken.objects.get(pk=w["token"].pk).revoked_at is not None,
+    "goal_change": lambda w: Goal.objects.get(pk=w["goal"].pk).status == "completed",
+}
+
+# Who may do it; everyone else is refused. (skip_gate: nobody, whoever asks.)
+ALLOWED = {
+    "approve": {"approver"},
+    "reject": {"approver"},
+    "retry": {"operator", "superuser"},
+    "skip": {"operator", "superuser"},
+    "skip_gate": set(),
+    "cancel": {"operator", "superuser"},
+    "start": {"requester", "operator", "superuser"},
+    "load_spec": {"operator", "superuser"},
+    "goal_change": {"superuser"},
+}
+
+
+def web_press(world, role, action, *, htmx=False):
+    client = browser(world, role, htmx=htmx)
+    run, key, verb, data = {
+        "approve": (world["gate"], "qa", "approve", {"comment": "ok"}),
+        "reject": (world["gate"], "qa", "reject", {"comment": "no"}),
+        "retry": (world["failed"], "build", "retry", {}),
+        "skip": (world["fresh"], "build", "skip", {"comment": "prebuilt"}),
+        "skip_gate": (world["gate"], "qa", "skip", {"comment": "hurry"}),
+    }[action]
+    return client.post(f"/runs/{run.pk}/steps/{key}/{verb}/", data)
+
+
+def web_cancel(world, role, *, htmx=False):
+    return browser(world, role, htmx=htmx).post(f"/runs/{world['fresh'].pk}/cancel/",
+                                                {"reason": "matrix"})
+
+
+def api_call(world, role, action):
+    client = api_client(world, role)
+    if action == "goal_change":
+        return client.patch(f"/api/goals/{world['goal'].pk}", {"status": "completed"},
+                            content_type="application/json")
+    gate, failed, fresh = world["gate"].pk, world["failed"].pk, world["fresh"].pk
+    url, body = {
+        "approve": (f"/api/runs/{gate}/steps/qa/approve", {"comment": "ok"}),
+        "reject": (f"/api/runs/{gate}/steps/qa/reject", {"comment": "no"}),
+        "retry": (f"/api/runs/{failed}/steps/build/retry", {}),
+        "skip": (f"/api/runs/{fresh}/steps/build/skip", {"reason": "prebuilt"}),
+        "skip_gate": (f"/api/runs/{gate}/steps/qa/skip", {"reason": "hurry"}),
+        "cancel": (f"/api/runs/{fresh}/cancel", {"reason": "matrix"}),
+        "start": ("/api/runs", {"spec": "release"}),
+        "load_spec": ("/api/specs", COMMAND_SPEC),
+    }[action]
+    return post_json(client, url, body)
+
+
+WEB_DENIED = 403
+HTMX_DENIED = 403
+
+
+def expect(world, action, role, response, *, denied: int, success=(200, 201, 302)):
+    ok = role in ALLOWED[action]
+    changed = EFFECTS[action](world)
+    if ok:
+        assert changed and response.status_code in success, (action, role, response.status_code)
+        return
+    assert not changed, (action, role)
+    if role == "anonymous":
+        assert response.status_code in (302, 401), (action, role, response.status_code)
+        if response.status_code == 302:
+            assert response["Location"].startswith("/login/")
+    else:
+        expected = 409 if action == "skip_gate" else denied
+        assert response.status_code == expected, (action, role, response.status_code,
+                                                  response.content[:300])
+
+
+WEB_ACTIONS = ["approve", "reject", "retry", "skip", "skip_gate", "cancel"]
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("action", WEB_ACTIONS)
+def test_web_form(world, action, role):
+    response = web_cancel(world, role) if action == "cancel" else web_press(world, role, action)
+    expect(world, action, role, response, denied=WEB_DENIED)
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("action", WEB_ACTIONS)
+def test_htmx_press(world, action, role):
+    response = (web_cancel(world, role, htmx=True) if action == "cancel"
+                else web_press(world, role, action, htmx=True))
+    expect(world, action, role, response, denied=HTMX_DENIED)
+    if role != "anonymous" and response.status_code != 302:
+        assert b"<html" not in response.content  # a fragment for the page, not a new page
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("action", [*WEB_ACTIONS, "start", "load_spec", "goal_change"])
+def test_api(world, action, role):
+    response = api_call(world, role, action)
+    expect(world, action, role, response, denied=403)
+    if role == "anonymous":
+        assert response.status_code == 401
+    assert response["Content-Type"].startswith("application/json")
+
+
+ADMIN = {
+    "cancel": ("/admin/workflows/run/", "cancel_runs", lambda w: w["fresh"].pk),
+    "goal_change": ("/admin/goals/goal/", "mark_completed", lambda w: w["goal"].pk),
+    "token_revoke": ("/admin/workflows/apitoken/", "revoke_tokens", lambda w: w["token"].pk),
+}
+ADMIN_ALLOWED = {"cancel": {"superuser"}, "goal_change": {"superuser"},
+                 "token_revoke": {"superuser"}}
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("action", sorted(ADMIN))
+def test_admin_action(world, action, role):
+    url, name, pk = ADMIN[action]
+    response = browser(world, role).post(url, {"action": name,
+                                               "_selected_action": [pk(world)]})
+    changed = EFFECTS[action](world)
+    assert changed == (role in ADMIN_ALLOWED[action]), (action, role)
+    if role in ("anonymous", "member", "approver", "requester", "operator", "manager"):
+        assert response.status_code == 302 and "login" in response["Location"]
+
+
+def test_admin_action_with_the_permission_but_not_superuser(world):
+    olga = world["users"]["operator"]
+    olga.is_staff = True
+    olga.save()
+    olga.user_permissions.add(Permission.objects.get(codename="view_run"))
+    browser(world, "operator").post("/admin/workflows/run/", {
+        "action": "cancel_runs", "_selected_action": [world["fresh"].pk]})
+    assert EFFECTS["cancel"](world)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_admin_spec_form(world, role):
+    import json
+
+    response = browser(world, role).post("/admin/workflows/workflowspec/add/", {
+        "name": "build-only", "definition": json.dumps(COMMAND_SPEC)})
+    assert EFFECTS["load_spec"](world) == (role == "superuser"), role
+    assert response.status_code in (200, 302, 403)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_web_token_create_is_for_yourself(world, role):
+    response = browser(world, role).post("/profile/", {"name": "made"})
+    made = ApiToken.objects.filter(name="made").first()
+    if role == "anonymous":
+        assert made is None and response.status_code == 302
+    else:
+        assert made is not None and made.user == world["users"][role]
+
+
+@pytest.mark.parametrize("role", [r for r in ROLES if r != "requester"])
+def test_web_token_revoke_only_your_own(world, role):
+    response = browser(world, role).post(f"/profile/tokens/{world['token'].pk}/revoke/")
+    assert EFFECTS["token_revoke"](world) is False
+    assert response.status_code in ((302,) if role == "anonymous" else (404,))
+
+
+def test_web_token_revoke_by_its_owner(world):
+    response = browser(world, "requester").post(f"/profile/tokens/{world['token'].pk}/revoke/")
+    assert response.status_code == 302 and EFFECTS["token_revoke"](world)
+
+
+class TestCommandsActAsTheSystem:
+    """Whoever may run manage.py on the server holds its keys: commands are not refused."""
+
+    def test_start_run(self, world):
+        call_command("start_run", "release", stdout=io.StringIO())
+        assert EFFECTS["start"](world)
+
+    def test_load_workflow(self, world, tmp_path):
+        import json
+
+        path = tmp_path / "spec.json"
+        path.write_text(json.dumps(COMMAND_SPEC))
+        call_command("load_workflow", str(path), stdout=io.StringIO())
+        assert EFFECTS["load_spec"](world)
+
+    def test_create_token(self, world):
+        call_command("create_token", "rita", "--name", "made", stdout=io.StringIO())
+        assert EFFECTS["token_create"](world)
