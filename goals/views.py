@@ -6,6 +6,7 @@ from django.contrib.auth import get_user_model
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
+from tollgate.query import int_param
 from workflows.models import Run
 
 from .models import Goal, GoalStatus, ancestor_ids
@@ -22,12 +23,12 @@ def _with_rollups(goals: list[Goal]) -> list[Goal]:
 @require_GET
 def goal_tree(request):
     goals = Goal.objects.select_related("owner").order_by("title", "pk")
-    status, owner = request.GET.get("status", ""), request.GET.get("owner", "")
-    filtered = status in GoalStatus.values or owner.isdigit()
+    status, owner = request.GET.get("status", ""), int_param(request.GET, "owner")
+    filtered = status in GoalStatus.values or owner is not None
     if status in GoalStatus.values:
         goals = goals.filter(status=status)
-    if owner.isdigit():
-        goals = goals.filter(owner_id=int(owner))
+    if owner is not None:
+        goals = goals.filter(owner_id=owner)
     if not filtered:
         goals = goals.filter(parent__isnull=True)
     owners = get_user_model().objects.filter(owned_goals__isnull=False).distinct().order_by(
@@ -35,16 +36,24 @@ def goal_tree(request):
     return render(request, "goals/goal_tree.html", {
         "goals": _with_rollups(list(goals[:500])), "filtered": filtered,
         "statuses": GoalStatus.choices, "owners": owners,
-        "filters": {"status": status, "owner": owner},
+        "filters": {"status": status, "owner": "" if owner is None else str(owner)},
     })
 
 
 @require_GET
 def goal_children(request, pk: int):
-    goal = get_object_or_404(Goal, pk=pk)
-    children = _with_rollups(list(goal.children.select_related("owner").order_by("title", "pk")))
-    return render(request, "goals/goal_tree.html#goal-rows",
-                  {"goals": children, "depth": int(request.GET.get("depth", 1))})
+    """The goal's row, opened, followed by its children's rows (it replaces the closed row)."""
+    goal = get_object_or_404(Goal.objects.select_related("owner"), pk=pk)
+    children = list(goal.children.select_related("owner").order_by("title", "pk"))
+    _with_rollups([goal, *children])
+    depth = int_param(request.GET, "depth", 1, maximum=100) or 1
+    goal.expanded = True
+    for item, level in [(goal, depth - 1), *((child, depth) for child in children)]:
+        item.depth, item.indent = level, min(level, MAX_INDENT)
+    return render(request, "goals/goal_tree.html#goal-rows", {"goals": [goal, *children]})
+
+
+MAX_INDENT = 8  # deeper goals line up at this indent (app.css has .indent-0 to .indent-8)
 
 
 @require_GET
@@ -72,21 +81,19 @@ def _bars(pairs, width: int = 240) -> list[dict]:
 
 @require_GET
 def progress(request, pk: int | None = None):
-    import csv
-
     from django.http import HttpResponse
+
+    from tollgate.exports import csv_rows
 
     from .progress import progress_report
 
     root = get_object_or_404(Goal, pk=pk) if pk is not None else None
     report = progress_report(root)
     if request.GET.get("format") == "csv":
-        response = HttpResponse(content_type="text/csv")
+        response = HttpResponse(csv_rows(report.rows(), ["section", "item", "measure", "value"]),
+                                content_type="text/csv")
         name = f"progress-goal-{root.pk}" if root else "progress"
         response["Content-Disposition"] = f'attachment; filename="{name}.csv"'
-        writer = csv.writer(response)
-        writer.writerow(["section", "item", "measure", "value"])
-        writer.writerows(report.rows())
         return response
     return render(request, "goals/progress.html", {
         "report": report, "root": root,

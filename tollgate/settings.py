@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.utils.csp import CSP
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TOLLGATE_VAR_DIR", BASE_DIR / "var"))
@@ -48,6 +50,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "axes",
     "huey.contrib.djhuey",
     "ninja",
     "goals",
@@ -65,7 +68,38 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    # Last, as django-axes asks: it answers a locked-out sign-in.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Login throttling by django-axes: failed sign-ins are counted in the database, so the limit
+# holds across every web process, and the admin's login is covered too. A username is locked
+# for AXES_COOLOFF_TIME after AXES_FAILURE_LIMIT failures from one address.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("TOLLGATE_LOGIN_FAILURES", "5"))
+AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("TOLLGATE_LOGIN_COOLOFF_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_IPWARE_PROXY_COUNT = int(os.environ.get("TOLLGATE_PROXY_COUNT", "0")) or None
+
+# Content-Security-Policy (Django's own): scripts only from here with the page's nonce (htmx
+# is served by django-htmx with it), no inline styles or handlers, no framing.
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF, CSP.NONCE],
+    "style-src": [CSP.SELF],
+    "img-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+    "base-uri": [CSP.SELF],
+    "object-src": [CSP.NONE],
+}
 
 ROOT_URLCONF = "tollgate.urls"
 WSGI_APPLICATION = "tollgate.wsgi.application"
@@ -80,6 +114,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "django.template.context_processors.csp",
                 "workflows.context_processors.inbox",
             ],
         },
@@ -192,6 +227,9 @@ TOLLGATE_SWEEP_SECONDS = int(os.environ.get("TOLLGATE_SWEEP_SECONDS", "10"))
 TOLLGATE_CALLABLES = env_list("TOLLGATE_CALLABLES", "workflows.callables.*")
 # Extra environment variable names whose values are redacted from stored output.
 TOLLGATE_REDACT_ENV = env_list("TOLLGATE_REDACT_ENV")
+# Commands and shell steps get a clean environment: these variables of the worker's (when
+# set), then the spec's `env`. Nothing else of the worker's leaks into a step.
+TOLLGATE_COMMAND_ENV = env_list("TOLLGATE_COMMAND_ENV", "PATH,HOME,LANG,LC_ALL,TZ,TMPDIR")
 TOLLGATE_OUTPUT_CAP = int(os.environ.get("TOLLGATE_OUTPUT_CAP", str(64 * 1024)))
 # Queue newly ready steps on Huey after each transition commits.
 TOLLGATE_DISPATCH = env_bool("TOLLGATE_DISPATCH", True)

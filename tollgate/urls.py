@@ -4,13 +4,13 @@ from django.contrib.auth.decorators import login_not_required
 from django.http import HttpResponse
 from django.urls import include, path
 
-from workflows import api as workflows_api
+from tollgate import api
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("api/", workflows_api.urls()),
+    path("api/", api.urls()),
     path("goals/", include("goals.urls")),
     path("", include("workflows.urls")),
 ]

@@ -40,6 +40,7 @@ from .models import (
     StepStatus,
     WorkflowSpec,
 )
+from .values import BadValue, check_json
 
 
 class WorkflowError(Exception):
@@ -287,11 +288,19 @@ def _close_gate(gate: Step) -> None:
     gate.deadline_at = None
 
 
+def _check_value(value, where: str) -> None:
+    try:
+        check_json(value, where)
+    except BadValue as exc:
+        raise InvalidInput(str(exc)) from None
+
+
 def _merge_state(run: Run, patch) -> dict:
     if patch in (None, {}):
         return {}
     if not isinstance(patch, dict):
         raise InvalidInput("state_patch must be a JSON object.")
+    _check_value(patch, "state_patch")
     run.shared_state = {**(run.shared_state or {}), **patch}
     return patch
 
@@ -443,6 +452,7 @@ def open_run(
         raise IllegalTransition(f"Spec {spec} is archived; start its active version.")
     if shared_state is not None and not isinstance(shared_state, dict):
         raise InvalidInput("shared_state must be a JSON object.")
+    _check_value(shared_state, "shared_state")
     idempotency_key = (idempotency_key or "").strip()
     if len(idempotency_key) > 200:
         raise InvalidInput("idempotency_key is longer than 200 characters.")
@@ -799,6 +809,7 @@ def record_transition(run, key: str, *, actor=None, step_status: str | None = No
                            f"got {step_status!r}.")
     if evidence is not None and not isinstance(evidence, dict):
         raise InvalidInput("evidence must be a JSON object.")
+    _check_value(evidence, "evidence")
     with transaction.atomic():
         run = _lock(run)
         if permissions.is_person(actor) and run.requested_by_id != actor.pk and not (

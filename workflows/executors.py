@@ -64,14 +64,28 @@ class CappedBuffer:
                 f"{tail.decode('utf-8', 'replace')}")
 
 
+def _settings_secrets() -> set[str]:
+    """Values of the secret settings: the signing key, database, mail and Redis passwords."""
+    from urllib.parse import urlsplit
+
+    values = {settings.SECRET_KEY}
+    values.update(db.get("PASSWORD") or "" for db in settings.DATABASES.values())
+    for mailer in getattr(settings, "MAILERS", {}).values():
+        values.add(mailer.get("OPTIONS", {}).get("password") or "")
+    if getattr(settings, "REDIS_URL", ""):
+        values.add(urlsplit(settings.REDIS_URL).password or "")
+    return values
+
+
 def secret_values(env: dict[str, str]) -> list[str]:
-    """Values of variables that look secret (or are listed in TOLLGATE_REDACT_ENV)."""
+    """What to redact: secret settings, the worker's secret-looking variables (a callable
+    could print them) and those of `env`, and any listed in TOLLGATE_REDACT_ENV."""
     extra = {name.upper() for name in settings.TOLLGATE_REDACT_ENV}
-    values = {
-        value for name, value in env.items()
-        if value and len(value) >= 4
-        and (any(marker in name.upper() for marker in SECRET_MARKERS) or name.upper() in extra)
+    values = _settings_secrets() | {
+        value for name, value in {**os.environ, **env}.items()
+        if any(marker in name.upper() for marker in SECRET_MARKERS) or name.upper() in extra
     }
+    values = {value for value in values if value and len(value) >= 4}
     return sorted(values, key=len, reverse=True)  # longest first: no partial leftovers
 
 
@@ -79,6 +93,18 @@ def redact(text: str, secrets: list[str]) -> str:
     for value in secrets:
         text = text.replace(value, REDACTED)
     return text
+
+
+def command_env(action: dict, context: dict, state_file: Path, patch_file: Path) -> dict:
+    """A clean environment: allow-listed worker variables, the spec's env, Tollgate's own."""
+    base = {name: os.environ[name] for name in settings.TOLLGATE_COMMAND_ENV
+            if name in os.environ}
+    return {**base, **action.get("env", {}),
+            "TOLLGATE_RUN_ID": str(context["run_id"]),
+            "TOLLGATE_STEP_KEY": context["step_key"],
+            "TOLLGATE_ATTEMPT": str(context["attempt"]),
+            "TOLLGATE_STATE_FILE": str(state_file),
+            "TOLLGATE_STATE_PATCH_FILE": str(patch_file)}
 
 
 def _pump(stream, buffer: CappedBuffer) -> None:
@@ -113,13 +139,8 @@ def run_process(action: dict, *, context: dict, shared_state: dict, stop: thread
         state_file = Path(tmp, "state.json")
         patch_file = Path(tmp, "state_patch.json")
         state_file.write_text(json.dumps(shared_state))
-        secrets = secret_values({**os.environ, **action.get("env", {})})
-        env = {**os.environ, **action.get("env", {}),
-               "TOLLGATE_RUN_ID": str(context["run_id"]),
-               "TOLLGATE_STEP_KEY": context["step_key"],
-               "TOLLGATE_ATTEMPT": str(context["attempt"]),
-               "TOLLGATE_STATE_FILE": str(state_file),
-               "TOLLGATE_STATE_PATCH_FILE": str(patch_file)}
+        secrets = secret_values(action.get("env", {}))
+        env = command_env(action, context, state_file, patch_file)
         argv = ["/bin/sh", "-c", action["shell"]] if "shell" in action else action["command"]
         try:
             proc = subprocess.Popen(
@@ -185,7 +206,7 @@ def run_callable(action: dict, *, context: dict, shared_state: dict) -> Outcome:
     path = action["callable"]
     if not callable_allowed(path):
         return Outcome(False, f"Callable {path!r} is not on the allow-list", retryable=False)
-    secrets = secret_values({**os.environ, **action.get("env", {})})
+    secrets = secret_values(action.get("env", {}))
     try:
         func = import_string(path)
         result = func({**context, "shared_state": dict(shared_state), "config": action})

@@ -53,14 +53,24 @@ def _number(where: str, data: dict, field: str, *, integer: bool = False, positi
 
 
 def callable_allowed(path: str) -> bool:
-    """True if the dotted path is on the TOLLGATE_CALLABLES allow-list."""
-    for entry in settings.TOLLGATE_CALLABLES:
-        module = entry[:-1]
-        if entry.endswith(".*") and path.startswith(module) and "." not in path[len(module):]:
-            return True
-        if entry == path:
-            return True
-    return False
+    """True if the dotted path is on the TOLLGATE_CALLABLES allow-list and names a function
+    defined in that module (not a module, class or name it merely imported)."""
+    listed = any(
+        entry == path or (entry.endswith(".*") and path.startswith(entry[:-1])
+                          and "." not in path[len(entry) - 1:])
+        for entry in settings.TOLLGATE_CALLABLES)
+    if not listed:
+        return False
+    import inspect
+
+    from django.utils.module_loading import import_string
+
+    module = path.rpartition(".")[0]
+    try:
+        func = import_string(path)
+    except ImportError:
+        return False
+    return inspect.isfunction(func) and func.__module__ == module
 
 
 def _validate_action(where: str, action) -> dict:

@@ -11,7 +11,10 @@ from django.core.paginator import Paginator
 from django.http import HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from tollgate.query import int_param
 
 from . import engine
 from .models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, WorkflowSpec
@@ -78,8 +81,8 @@ def run_detail(request, pk: int):
     template = "workflows/run_detail.html"
     if request.htmx:
         # Polling asks with the last checkpoint it has; nothing new means nothing to swap.
-        seen = request.GET.get("seq")
-        if seen and Run.objects.filter(pk=pk, checkpoint_seq=seen).exists():
+        seen = int_param(request.GET, "seq")
+        if seen is not None and Run.objects.filter(pk=pk, checkpoint_seq=seen).exists():
             return HttpResponse(status=204)
         template += "#run-body"
     return render(request, template, run_context(request, pk))
@@ -94,8 +97,11 @@ def run_list(request):
         runs = runs.filter(status=filters["status"])
     if filters["spec"]:
         runs = runs.filter(spec_name=filters["spec"])
-    if filters["goal"].isdigit():
-        runs = runs.filter(goal_id=int(filters["goal"]))
+    goal = int_param(request.GET, "goal")
+    if goal is not None:
+        runs = runs.filter(goal_id=goal)
+    else:
+        filters["goal"] = ""
     if filters["mine"]:
         runs = runs.filter(pk__in=decidable_by(request.user).values("run_id"))
     page = Paginator(runs, 25).get_page(request.GET.get("page"))
@@ -183,6 +189,7 @@ def run_cancel(request, pk: int):
     return _respond(request, run.pk, done="Run cancelled.")
 
 
+@never_cache  # the page shows a new token once: no cache may keep it
 @require_http_methods(["GET", "POST"])
 def profile(request):
     """Your API tokens: create one (shown once) or revoke one."""

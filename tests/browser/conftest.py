@@ -35,9 +35,14 @@ def page(browser, live_server):
     context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
     page = context.new_page()
     page.set_default_timeout(15000)
+    # The pages run under a strict Content-Security-Policy: any violation fails the test.
+    violations = []
+    page.on("console", lambda msg: violations.append(msg.text)
+            if "Content Security Policy" in msg.text else None)
     yield page
     page.wait_for_load_state("networkidle")  # no request may race the database flush
     context.close()
+    assert not violations, violations
 
 
 @pytest.fixture

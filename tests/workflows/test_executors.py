@@ -107,13 +107,32 @@ def test_capped_buffer_counts_what_it_cut():
     assert buffer.text() == "abcde\n[... 16 bytes cut by Tollgate's output cap ...]\nvwxyz"
 
 
-def test_secrets_are_redacted_from_output(settings, monkeypatch):
+def test_secrets_are_redacted_from_output(settings):
     settings.TOLLGATE_REDACT_ENV = ["DEPLOY_HOOK"]
-    monkeypatch.setenv("GITHUB_TOKEN", "ghp_supersecret123")
-    outcome = run({"shell": 'echo "$GITHUB_TOKEN $DB_PASSWORD $DEPLOY_HOOK $PLAIN" >&2',
+    outcome = run({"shell": 'echo "$DB_PASSWORD $DEPLOY_HOOK $PLAIN" >&2',
                    "env": {"DB_PASSWORD": "hunter2hunter2", "DEPLOY_HOOK": "https://hook/x1",
                            "PLAIN": "visible"}})
-    assert outcome.evidence["stderr"] == "[redacted] [redacted] [redacted] visible\n"
+    assert outcome.evidence["stderr"] == "[redacted] [redacted] visible\n"
+
+
+def test_commands_get_a_clean_environment(settings, monkeypatch):
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_supersecret123")
+    monkeypatch.setenv("WORKER_ONLY", "not-for-steps")
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    settings.TOLLGATE_COMMAND_ENV = ["PATH", "TZ"]
+    outcome = run({"command": ["env"], "env": {"FROM_SPEC": "yes"}})
+    seen = dict(line.split("=", 1) for line in outcome.evidence["stdout"].splitlines())
+    assert seen["FROM_SPEC"] == "yes" and seen["TZ"] == "Europe/Paris" and "PATH" in seen
+    assert "GITHUB_TOKEN" not in seen and "WORKER_ONLY" not in seen
+    assert {name for name in seen if not name.startswith("TOLLGATE_")} == {
+        "PATH", "TZ", "FROM_SPEC"}
+
+
+def test_values_of_secret_settings_are_redacted(settings, monkeypatch):
+    settings.SECRET_KEY = "the-signing-key-of-this-site"
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_supersecret123")
+    outcome = run({"shell": 'echo "the-signing-key-of-this-site"; echo ghp_supersecret123'})
+    assert outcome.evidence["stdout"] == "[redacted]\n[redacted]\n"
 
 
 def test_callable_returns_state_patch(settings):

@@ -1,0 +1,165 @@
+"""The goals API: the hierarchy with subtree rollups; changes go through the goal services."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from django.db import transaction
+from django.http import Http404
+from ninja import Field, Query, Router, Schema, Status
+from ninja.errors import HttpError
+
+from tollgate.api import Error, Id
+from tollgate.query import MAX_ID
+
+from .models import Goal, GoalStatus, Priority
+from .rollup import rollups
+from .services import goal_save, goal_update
+
+router = Router(tags=["goals"])
+
+
+class RollupOut(Schema):
+    child_goals: int
+    descendant_goals: int
+    runs_open: int
+    runs_completed: int
+    runs_failed: int
+    gates_waiting: int
+    steps_total: int
+    steps_done: int
+    percent_done: int
+    oldest_gate_since: datetime | None
+
+
+class GoalOut(Schema):
+    id: int
+    title: str
+    objective: str
+    parent: int | None
+    status: str
+    priority: str
+    owner: str | None
+    next_action: str
+    success_signal: str
+    blocker_reason: str
+    shared_state: dict[str, Any]
+    opened_at: datetime
+    updated_at: datetime
+    closed_at: datetime | None
+    rollup: RollupOut
+
+
+GoalStatusName = Literal[tuple(GoalStatus.values)]
+PriorityName = Literal[tuple(Priority.values)]
+
+
+class GoalIn(Schema):
+    title: str = Field(min_length=1, max_length=200)
+    objective: str = ""
+    parent: int | None = Field(None, ge=1, le=MAX_ID)
+    status: GoalStatusName = "active"
+    priority: PriorityName = "normal"
+    owner: str | None = Field(None, description="username")
+    next_action: str = Field("", max_length=500)
+    success_signal: str = Field("", max_length=500)
+    blocker_reason: str = Field("", max_length=500)
+    shared_state: dict[str, Any] = {}
+
+
+class GoalPatch(Schema):
+    title: str | None = Field(None, min_length=1, max_length=200)
+    objective: str | None = None
+    parent: int | None = Field(None, ge=1, le=MAX_ID)
+    status: GoalStatusName | None = None
+    priority: PriorityName | None = None
+    owner: str | None = None
+    next_action: str | None = Field(None, max_length=500)
+    success_signal: str | None = Field(None, max_length=500)
+    blocker_reason: str | None = Field(None, max_length=500)
+    shared_state: dict[str, Any] | None = None
+
+
+def goal_out(goal: Goal, rollup) -> dict:
+    return {**{f: getattr(goal, f) for f in (
+        "id", "title", "objective", "status", "priority", "next_action", "success_signal",
+        "blocker_reason", "shared_state", "opened_at", "updated_at", "closed_at")},
+        "parent": goal.parent_id, "owner": goal.owner.get_username() if goal.owner else None,
+        "rollup": rollup.as_dict()}
+
+
+
+def _owner(username: str | None):
+    if username is None:
+        return None
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise HttpError(400, f"owner: no user named {username!r}.")
+    return user
+
+
+def _parent(pk: int | None) -> Goal | None:
+    if pk is None:
+        return None
+    parent = Goal.objects.filter(pk=pk).first()
+    if parent is None:
+        raise HttpError(400, f"parent: goal {pk} does not exist.")
+    return parent
+
+
+@router.get("/goals", response={200: list[GoalOut], 400: Error, 401: Error},
+         summary="List goals with their subtree rollups")
+def list_goals(request, status: GoalStatusName | None = None,
+               parent: int | None = Query(None, ge=0, le=MAX_ID,
+                                          description="0 lists root goals"),
+               limit: int = Query(100, ge=1, le=500), offset: int = Query(0, ge=0, le=MAX_ID)):
+    goals = Goal.objects.select_related("owner").order_by("title", "pk")
+    if status:
+        goals = goals.filter(status=status)
+    if parent == 0:
+        goals = goals.filter(parent__isnull=True)
+    elif parent:
+        goals = goals.filter(parent_id=parent)
+    page = list(goals[offset:offset + limit])
+    sums = rollups(g.pk for g in page)
+    return [goal_out(g, sums[g.pk]) for g in page]
+
+
+@router.post("/goals", response={201: GoalOut, 400: Error, 401: Error, 403: Error},
+          summary="Create a goal")
+def create_goal(request, payload: GoalIn):
+    data = payload.dict()
+    goal = Goal(**{**data, "owner": _owner(data["owner"]), "parent": _parent(data["parent"])})
+    with transaction.atomic():
+        goal_save(goal, actor=request.user)
+    return Status(201, goal_out(goal, rollups([goal.pk])[goal.pk]))
+
+
+@router.get("/goals/{goal_id}", response={200: GoalOut, 400: Error, 401: Error, 404: Error},
+         summary="A goal with its subtree rollup")
+def get_goal(request, goal_id: Id):
+    goal = Goal.objects.select_related("owner").filter(pk=goal_id).first()
+    if goal is None:
+        raise Http404(f"Goal {goal_id} does not exist.")
+    return goal_out(goal, rollups([goal.pk])[goal.pk])
+
+
+@router.patch("/goals/{goal_id}", response={200: GoalOut, 400: Error, 401: Error, 403: Error,
+                                          404: Error}, summary="Change a goal")
+def patch_goal(request, goal_id: Id, payload: GoalPatch):
+    goal = Goal.objects.filter(pk=goal_id).first()
+    if goal is None:
+        raise Http404(f"Goal {goal_id} does not exist.")
+    changes = payload.dict(exclude_unset=True)
+    if "owner" in changes:
+        changes["owner"] = _owner(changes["owner"])
+    if "parent" in changes:
+        changes["parent"] = _parent(changes["parent"])
+    for name in [k for k, v in changes.items() if v is None and k not in ("owner", "parent")]:
+        raise HttpError(400, f"{name}: may not be null.")
+    goal = goal_update(goal, actor=request.user, **changes)
+    goal = Goal.objects.select_related("owner").get(pk=goal.pk)
+    return goal_out(goal, rollups([goal.pk])[goal.pk])

@@ -1,0 +1,172 @@
+"""The JSON API (`/api/`): authentication, the body parser and the error answers.
+
+Authentication is a browser session (CSRF-checked) or `Authorization: Bearer <token>`; a token
+acts with its user's permissions only. Every error is `{"error": "..."}` with a 4xx status.
+The endpoints live in each app's `api.py` router; every write goes through the engine or the
+goal services, which check who may act.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Annotated
+
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import DataError
+from django.http import Http404
+from django.utils import timezone
+from ninja import NinjaAPI, Path, Schema
+from ninja.errors import AuthenticationError, HttpError
+from ninja.errors import ValidationError as NinjaValidationError
+from ninja.parser import Parser
+from ninja.security import HttpBearer, SessionAuth
+
+from tollgate.query import MAX_ID
+from workflows.engine import WorkflowError
+from workflows.models import ApiToken
+from workflows.values import BadValue, check_json
+
+Id = Annotated[int, Path(ge=1, le=MAX_ID)]
+Key = Annotated[str, Path(min_length=1, max_length=100)]
+
+
+class Error(Schema):
+    error: str
+
+
+class TokenAuth(HttpBearer):
+    def authenticate(self, request, token: str):
+        found = (ApiToken.objects.select_related("user")
+                 .filter(key_hash=ApiToken.hash(token), revoked_at__isnull=True).first())
+        if found is None or not found.user.is_active:
+            return None
+        now = timezone.now()
+        if found.last_used_at is None or now - found.last_used_at > timedelta(seconds=60):
+            ApiToken.objects.filter(pk=found.pk).update(last_used_at=now)
+        request.user = found.user
+        return found.user
+
+
+class BrowserSession(SessionAuth):
+    """The signed-in browser session, CSRF-checked; no session at all is a 401, not a 403."""
+
+    def __call__(self, request):
+        if not request.user.is_authenticated:
+            return None
+        return super().__call__(request)
+
+
+class StrictJson(Parser):
+    """JSON as the database can store it: no NaN or Infinity, no NUL, bounded nesting."""
+
+    def parse_body(self, request):
+        body = request.body  # raises RequestDataTooBig past DATA_UPLOAD_MAX_MEMORY_SIZE
+        if b"\x00" in body or b"\\u0000" in body:
+            raise BadValue("NUL characters are not allowed in the request body.")
+        try:
+            data = json.loads(body, parse_constant=_refuse_constant)
+        except RecursionError:
+            raise BadValue("body: nested too deeply.") from None
+        check_json(data, "body")
+        return data
+
+
+def _refuse_constant(name: str):
+    raise BadValue(f"body: {name} is not a JSON number; send a finite number or null.")
+
+
+api = NinjaAPI(title="Tollgate API", version="1", auth=[TokenAuth(), BrowserSession()],
+               urls_namespace="api", parser=StrictJson(),
+               description="Start runs, report progress, decide gates and read timelines.")
+
+
+def error(request, message: str, status: int):
+    return api.create_response(request, {"error": message}, status=status)
+
+
+@api.exception_handler(WorkflowError)
+def on_workflow_error(request, exc):
+    return error(request, str(exc), exc.status_code)
+
+
+@api.exception_handler(BadValue)
+def on_bad_value(request, exc):
+    return error(request, str(exc), 400)
+
+
+@api.exception_handler(RequestDataTooBig)
+def on_too_big(request, exc):
+    from django.conf import settings
+
+    return error(request, f"The request body is larger than "
+                          f"{settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes.", 413)
+
+
+@api.exception_handler(NinjaValidationError)
+def on_invalid(request, exc):
+    problems = []
+    for item in exc.errors:
+        where = ".".join(str(p) for p in item.get("loc", ()) if p not in ("body", "payload"))
+        problems.append(f"{where}: {item.get('msg', 'invalid')}" if where else item.get("msg"))
+    return error(request, "; ".join(problems) or "Invalid request.", 400)
+
+
+@api.exception_handler(AuthenticationError)
+def on_unauthenticated(request, exc):
+    return error(request, "Authentication required: a session or a valid, unrevoked "
+                          "Bearer token.", 401)
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request, exc):
+    # Ninja wraps whatever the parser raised as "Cannot parse request body": say what it was.
+    cause = exc.__cause__
+    if isinstance(cause, RequestDataTooBig):
+        return on_too_big(request, cause)
+    if isinstance(cause, BadValue):
+        return on_bad_value(request, cause)
+    if isinstance(cause, json.JSONDecodeError):
+        return error(request, f"The body is not valid JSON: {cause.msg} at line {cause.lineno} "
+                              f"column {cause.colno}.", 400)
+    return error(request, str(exc), exc.status_code)
+
+
+@api.exception_handler(Http404)
+def on_not_found(request, exc):
+    return error(request, str(exc) or "Not found.", 404)
+
+
+@api.exception_handler(PermissionDenied)
+def on_forbidden(request, exc):
+    return error(request, str(exc) or "Not allowed.", 403)
+
+
+@api.exception_handler(DjangoValidationError)
+def on_model_invalid(request, exc):
+    return error(request, "; ".join(exc.messages), 400)
+
+
+@api.exception_handler(DataError)
+def on_data_error(request, exc):
+    return error(request, "A value is out of range or has characters the database refuses.", 400)
+
+
+def _routers() -> None:
+    from goals.api import router as goals
+    from workflows.api import router as workflows
+
+    api.add_router("/", workflows)
+    api.add_router("/", goals)
+
+
+def urls():
+    """The API's URL patterns, open to LoginRequiredMiddleware: the API answers 401 itself."""
+    from django.contrib.auth.decorators import login_not_required
+
+    _routers()
+    patterns, app_name, namespace = api.urls
+    for pattern in patterns:
+        pattern.callback = login_not_required(pattern.callback)
+    return patterns, app_name, namespace

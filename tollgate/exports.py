@@ -1,0 +1,31 @@
+"""CSV that is safe to open in a spreadsheet."""
+
+from __future__ import annotations
+
+import csv
+
+# A text cell starting with one of these is read as a formula by spreadsheet programs.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def safe_cell(value):
+    """Text that a spreadsheet would evaluate gets a leading quote; numbers stay numbers."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+class Echo:
+    """A file-like object whose write returns what it was given, for streaming responses."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def csv_rows(rows, header=None):
+    """Yield CSV lines of formula-safe cells, one at a time (for StreamingHttpResponse)."""
+    writer = csv.writer(Echo())
+    if header:
+        yield writer.writerow(header)
+    for row in rows:
+        yield writer.writerow([safe_cell(cell) for cell in row])
