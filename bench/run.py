@@ -18,19 +18,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.support.processes import free_port, start_consumer, start_gunicorn, stop  # noqa: E402
+from tests.support.stats import summary  # noqa: E402
+
 VAR = ROOT / "var"
 PG_ADMIN = os.environ.get("BENCH_PG_ADMIN_URL", "postgres://postgres@127.0.0.1:5432/postgres")
 PG_URL = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/tollgate_bench")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
-
-
-def pct(values, q):
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
-def summary(values) -> dict:
-    return {"median": statistics.median(values), "p95": pct(values, 95), "n": len(values)}
 
 
 # --- child: one backend -----------------------------------------------------------------------
@@ -88,22 +84,14 @@ class Bench:
     # consumers ----------------------------------------------------------------------------
     def start_consumers(self, count: int, workers: int) -> None:
         for _ in range(count):
-            self.consumers.append(subprocess.Popen(
-                [sys.executable, "manage.py", "run_huey", "--workers", str(workers),
-                 "--worker-type", "thread"], cwd=ROOT, env={**os.environ, **self.env},
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            self.consumers.append(start_consumer({**os.environ, **self.env}, workers=workers))
         from workflows.tasks import ping
 
         ping().get(blocking=True, timeout=30)  # warm: a consumer is up
 
     def stop_consumers(self) -> None:
         for proc in self.consumers:
-            proc.terminate()
-        for proc in self.consumers:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop(proc)
         self.consumers = []
 
     # floors ---------------------------------------------------------------------------------
@@ -345,7 +333,6 @@ class Bench:
 
     def http(self) -> None:
         import http.client
-        import socket
         import threading
 
         from django.contrib.auth.models import Group, User
@@ -364,22 +351,9 @@ class Bench:
         cookie = f"sessionid={client.cookies['sessionid'].value}; " \
                  f"csrftoken={client.cookies['csrftoken'].value}"
         csrf = client.cookies["csrftoken"].value
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        web = subprocess.Popen(
-            [str(Path(sys.executable).with_name("gunicorn")), "tollgate.wsgi", "--bind",
-             f"127.0.0.1:{port}", "--workers", "2", "--log-level", "warning"],
-            cwd=ROOT, env={**os.environ, **self.env}, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL)
+        port = free_port()
+        web = start_gunicorn({**os.environ, **self.env}, port)
         try:
-            for _ in range(100):
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                    break
-                except OSError:
-                    time.sleep(0.1)
-
             def load(paths, method="GET", seconds=5.0, clients=8):
                 done, errors = [], []
                 stop = time.perf_counter() + seconds
@@ -419,8 +393,7 @@ class Bench:
                 "ratio_to_floor": {"run_page": page["rps"] / floor["rps"],
                                    "approve": approve["rps"] / floor["rps"]}}
         finally:
-            web.terminate()
-            web.wait(timeout=10)
+            stop(web, sig=15)
 
     def run_all(self) -> dict:
         self.start_consumers(2, 2)

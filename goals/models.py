@@ -8,6 +8,8 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from . import tree
+
 
 class GoalStatus(models.TextChoices):
     ACTIVE = "active"
@@ -104,27 +106,8 @@ class Goal(models.Model):
         if self.status == GoalStatus.BLOCKED and not self.blocker_reason.strip():
             raise ValidationError({"blocker_reason": "A blocked goal needs a blocker reason."})
         if (self.parent_id is not None and self.pk is not None
-                and self.pk in ancestor_ids(self.parent_id)):
+                and self.pk in tree.ancestor_ids(self.parent_id)):
             raise ValidationError(
                 {"parent": f"Goal {self.pk} ({self.title}) cannot be its own ancestor: "
                  f"goal {self.parent_id} is beneath it."}
             )
-
-
-def ancestor_ids(goal_id: int) -> list[int]:
-    """Ids of a goal and all its ancestors, nearest first (one recursive query)."""
-    table = Goal._meta.db_table
-    sql = f"""
-        WITH RECURSIVE up(id, parent_id, depth) AS (
-            SELECT id, parent_id, 0 FROM {table} WHERE id = %s
-            UNION ALL
-            SELECT g.id, g.parent_id, up.depth + 1 FROM {table} g JOIN up ON g.id = up.parent_id
-            WHERE up.depth < 10000
-        )
-        SELECT id FROM up ORDER BY depth
-    """
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [goal_id])
-        return [row[0] for row in cursor.fetchall()]

@@ -7,25 +7,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db.models import Count, Q
-from django.db.models.expressions import RawSQL
 from django.db.models.functions import TruncWeek
 from django.utils import timezone
 
 from workflows.models import Approval, Run, RunStatus, Step, StepStatus
 
+from . import tree
 from .models import Goal, GoalStatus
 
 WEEKS = 12
 LATENCY_DAYS = 90
-
-SUBTREE_SQL = """
-    WITH RECURSIVE sub(id) AS (
-        SELECT id FROM goals_goal WHERE id = %s
-        UNION ALL
-        SELECT g.id FROM goals_goal g JOIN sub ON g.parent_id = sub.id
-    ) SELECT id FROM sub
-"""
-
 
 def percentile(values: list[float], q: float) -> float | None:
     """The q-th percentile (0-100) with linear interpolation between closest ranks."""
@@ -96,7 +87,7 @@ def progress_report(root: Goal | None = None, now: datetime | None = None) -> Re
     goals, runs, steps, approvals = (Goal.objects.all(), Run.objects.all(), Step.objects.all(),
                                      Approval.objects.all())
     if root is not None:
-        subtree = RawSQL(SUBTREE_SQL, [root.pk])
+        subtree = tree.subtree(root.pk)
         goals = goals.filter(pk__in=subtree)
         runs = runs.filter(goal_id__in=subtree)
         steps = steps.filter(run__goal_id__in=subtree)

@@ -9,6 +9,10 @@ from django.db import connection
 from django.utils.dateparse import parse_datetime
 from django.utils.timezone import is_naive, make_aware
 
+from workflows.models import OPEN_RUN_STATUSES, RunStatus, StepStatus
+
+from . import tree
+
 
 @dataclass(frozen=True)
 class Rollup:
@@ -41,14 +45,12 @@ class Rollup:
         }
 
 
-OPEN_RUN = "('open', 'running', 'blocked', 'waiting_approval')"
+def _quoted(values) -> str:
+    return "(" + ", ".join(f"'{value}'" for value in values) + ")"
 
-SQL = """
-WITH RECURSIVE sub(root_id, id) AS (
-    SELECT id, id FROM goals_goal WHERE id IN ({ids})
-    UNION ALL
-    SELECT sub.root_id, g.id FROM goals_goal g JOIN sub ON g.parent_id = sub.id
-),
+
+# Statuses come from the enums: a renamed status cannot leave the rollup counting nothing.
+SQL = """{subtrees},
 goal_counts AS (
     SELECT root_id, COUNT(*) - 1 AS descendants FROM sub GROUP BY root_id
 ),
@@ -59,19 +61,19 @@ child_counts AS (
 run_counts AS (
     SELECT sub.root_id,
         SUM(CASE WHEN r.status IN {open_run} THEN 1 ELSE 0 END) AS runs_open,
-        SUM(CASE WHEN r.status = 'completed' THEN 1 ELSE 0 END) AS runs_completed,
-        SUM(CASE WHEN r.status = 'failed' THEN 1 ELSE 0 END) AS runs_failed
+        SUM(CASE WHEN r.status = '{completed}' THEN 1 ELSE 0 END) AS runs_completed,
+        SUM(CASE WHEN r.status = '{failed}' THEN 1 ELSE 0 END) AS runs_failed
     FROM sub JOIN workflows_run r ON r.goal_id = sub.id GROUP BY sub.root_id
 ),
 step_counts AS (
     SELECT sub.root_id,
         COUNT(*) AS steps_total,
-        SUM(CASE WHEN s.status IN ('completed', 'skipped') THEN 1 ELSE 0 END) AS steps_done,
-        SUM(CASE WHEN s.status = 'waiting_approval' THEN 1 ELSE 0 END) AS gates_waiting,
-        MIN(CASE WHEN s.status = 'waiting_approval' THEN s.waiting_since END) AS oldest_gate
+        SUM(CASE WHEN s.status IN {step_done} THEN 1 ELSE 0 END) AS steps_done,
+        SUM(CASE WHEN s.status = '{waiting}' THEN 1 ELSE 0 END) AS gates_waiting,
+        MIN(CASE WHEN s.status = '{waiting}' THEN s.waiting_since END) AS oldest_gate
     FROM sub JOIN workflows_run r ON r.goal_id = sub.id
     JOIN workflows_step s ON s.run_id = r.id
-    WHERE r.status != 'cancelled'
+    WHERE r.status != '{cancelled}'
     GROUP BY sub.root_id
 )
 SELECT gc.root_id, COALESCE(cc.children, 0), gc.descendants,
@@ -98,7 +100,12 @@ def rollups(goal_ids) -> dict[int, Rollup]:
     if not ids:
         return {}
     placeholders = ", ".join(["%s"] * len(ids))
-    sql = SQL.format(ids=placeholders, open_run=OPEN_RUN)
+    sql = SQL.format(
+        subtrees=tree.subtrees_cte(placeholders), ids=placeholders,
+        open_run=_quoted(OPEN_RUN_STATUSES), completed=RunStatus.COMPLETED,
+        failed=RunStatus.FAILED, cancelled=RunStatus.CANCELLED,
+        step_done=_quoted((StepStatus.COMPLETED, StepStatus.SKIPPED)),
+        waiting=StepStatus.WAITING_APPROVAL)
     with connection.cursor() as cursor:
         cursor.execute(sql, ids + ids)
         rows = cursor.fetchall()

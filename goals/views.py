@@ -9,8 +9,9 @@ from django.views.decorators.http import require_GET
 from tollgate.query import int_param
 from workflows.models import Run
 
-from .models import Goal, GoalStatus, ancestor_ids
+from .models import Goal, GoalStatus
 from .rollup import rollups
+from .tree import ancestor_ids
 
 
 def _with_rollups(goals: list[Goal]) -> list[Goal]:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import secrets
-import socket
 import subprocess
 import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -16,7 +14,8 @@ from django.contrib.auth.models import Permission
 from workflows.models import ApiToken
 
 from .conftest import RELEASE
-from .workflows.consumers import ROOT, Consumer, consumer_env, wait_for
+from .support.processes import ROOT, free_port, start_gunicorn, wait_for
+from .workflows.consumers import Consumer, consumer_env
 
 PRODUCTION = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50),
               "ALLOWED_HOSTS": "tollgate.example.com,127.0.0.1"}
@@ -33,12 +32,6 @@ def test_check_deploy_is_clean_with_production_settings(tmp_path):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def call(url: str, token: str, data=None, method=None):
@@ -63,10 +56,7 @@ def test_gunicorn_and_two_consumers_run_a_release(people, tmp_path, settings):
     subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"],
                    cwd=ROOT, env=env, check=True, timeout=120)
     port = free_port()
-    web = subprocess.Popen(
-        [str(Path(sys.executable).with_name("gunicorn")), "tollgate.wsgi", "--bind",
-         f"127.0.0.1:{port}", "--workers", "2", "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    web = start_gunicorn(env, port)
     consumers = [Consumer(workers=2, log=tmp_path / "consumers.log",
                           **{k: env[k] for k in PRODUCTION}) for _ in range(2)]
     base = f"http://127.0.0.1:{port}"

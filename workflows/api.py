@@ -15,6 +15,7 @@ from tollgate.query import MAX_ID
 
 from . import engine
 from .models import Checkpoint, Run, RunStatus, Step, StepStatus
+from .selectors import resume_state
 from .specs import SpecError, store_spec
 
 router = Router(tags=["workflows"])
@@ -207,7 +208,7 @@ def timeline(request, run_id: Id):
 @router.get("/runs/{run_id}/resume", response={200: ResumeOut, 400: Error, 401: Error, 404: Error},
          summary="Where the run stands and what would move it on")
 def resume(request, run_id: Id):
-    return engine.resume_state(get_run(run_id))
+    return resume_state(get_run(run_id))
 
 
 @router.post("/runs/{run_id}/transition",

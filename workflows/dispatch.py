@@ -1,23 +1,51 @@
-"""Ringing the queue. A Huey message is only a doorbell: the step row says what to do."""
+"""Ringing the queue. A Huey message is only a doorbell: the step row says what to do.
+
+The dispatcher listens to the engine's `transition_committed` signal (connected in
+`WorkflowsConfig.ready`), so the engine never imports the queue.
+"""
 
 from __future__ import annotations
 
 import logging
 
-from django.utils import timezone
+from django.conf import settings
 
-from .models import Step
+from .engine import Announcement, mark_rung
+from .models import CheckpointKind, StepStatus
 
 log = logging.getLogger(__name__)
 
 
-def mark_rung(step_ids, retries=()) -> None:
-    """Record that the queue is rung for these steps now and for each retry at its eta."""
-    step_ids = list(step_ids)
-    if step_ids:
-        Step.objects.filter(pk__in=step_ids).update(rung_at=timezone.now())
-    for step_id, eta in retries:
-        Step.objects.filter(pk=step_id).update(rung_at=eta)
+def notification_events(announcement: Announcement) -> list[tuple[str, str]]:
+    """(event, step key) pairs a committed checkpoint should tell people about."""
+    checkpoint = announcement.checkpoint
+    events = [("gate_waiting", key) for key in checkpoint.evidence.get("gates_opened", [])]
+    step_key = checkpoint.step.key if checkpoint.step_id else ""
+    if (checkpoint.kind == CheckpointKind.STEP_RETRIED
+            and checkpoint.step_status == StepStatus.WAITING_APPROVAL):
+        events.append(("gate_waiting", step_key))
+    if checkpoint.kind in (CheckpointKind.STEP_APPROVED, CheckpointKind.STEP_REJECTED,
+                           CheckpointKind.GATE_TIMED_OUT):
+        events.append(("gate_decided", step_key))
+    if checkpoint.kind == CheckpointKind.GATE_ESCALATED:
+        events.append(("gate_escalated", step_key))
+    if announcement.run_failed:
+        events.append(("run_failed", step_key))
+    return events
+
+
+def on_transition(sender, announcement: Announcement, **kwargs) -> None:
+    """After a transition commits: ring its newly ready steps, schedule its retries, start
+    compensation of a run that just failed, and send its notifications."""
+    enqueue(announcement.ring)
+    for step_id, eta in announcement.retry:
+        enqueue_at(step_id, eta)
+    if settings.TOLLGATE_DISPATCH and announcement.run_failed:
+        compensate(announcement.run_id)
+    if settings.TOLLGATE_NOTIFY:
+        events = notification_events(announcement)
+        if events:
+            notify(announcement.checkpoint_id, events)
 
 
 def enqueue(step_ids) -> None:

@@ -93,16 +93,6 @@ class WorkflowSpec(models.Model):
     def __str__(self) -> str:
         return f"{self.name} v{self.version}"
 
-    def clean(self) -> None:
-        from django.core.exceptions import ValidationError
-
-        from .specs import SpecError, validate_spec
-
-        try:
-            self.definition = validate_spec({**(self.definition or {}), "name": self.name})
-        except SpecError as exc:
-            raise ValidationError({"definition": str(exc)}) from exc
-
 
 class Run(models.Model):
     spec = models.ForeignKey(WorkflowSpec, on_delete=models.PROTECT, related_name="runs")
@@ -287,6 +277,26 @@ class Approval(models.Model):
         return f"{self.user} {self.decision} {self.step}"
 
 
+class CheckpointKind(models.TextChoices):
+    RUN_OPENED = "run_opened"
+    RUN_CANCELLED = "run_cancelled"
+    STEP_STARTED = "step_started"
+    STEP_COMPLETED = "step_completed"
+    STEP_RETRYING = "step_retrying"
+    STEP_FAILED = "step_failed"
+    STEP_RETRIED = "step_retried"
+    STEP_SKIPPED = "step_skipped"
+    STALE_RESULT = "stale_result"
+    TRANSITION = "transition", "reported by an agent"
+    APPROVAL_RECORDED = "approval_recorded"
+    STEP_APPROVED = "step_approved"
+    STEP_REJECTED = "step_rejected"
+    GATE_ESCALATED = "gate_escalated"
+    GATE_TIMED_OUT = "gate_timed_out"
+    COMPENSATED = "compensated"
+    COMPENSATION_FAILED = "compensation_failed"
+
+
 class CheckpointQuerySet(models.QuerySet):
     def update(self, **kwargs):
         raise TypeError("Checkpoints are append-only.")
@@ -298,7 +308,7 @@ class CheckpointQuerySet(models.QuerySet):
 class Checkpoint(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
     seq = models.PositiveIntegerField()
-    kind = models.CharField(max_length=40)
+    kind = models.CharField(max_length=40, choices=CheckpointKind)
     step = models.ForeignKey(
         Step, null=True, blank=True, on_delete=models.CASCADE, related_name="checkpoints"
     )

@@ -6,9 +6,10 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from goals.models import Goal, ancestor_ids
+from goals.models import Goal
 from goals.rollup import rollup, rollups
 from goals.services import goal_set_status, goal_update
+from goals.tree import ancestor_ids
 from workflows import engine
 
 pytestmark = pytest.mark.django_db

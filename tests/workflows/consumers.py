@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 from django.conf import settings
 from django.db import connection
 
-ROOT = Path(__file__).resolve().parents[2]
+from ..support.processes import ROOT, start_consumer, stop, wait_for
+
+__all__ = ["ROOT", "Consumer", "consumer_env", "database_url", "wait_for"]
 
 
 def database_url() -> str:
@@ -49,12 +48,7 @@ class Consumer:
 
     def __init__(self, workers: int = 2, log: Path | None = None, **env: str):
         self.log = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "manage.py", "run_huey", "--workers", str(workers),
-             "--worker-type", "thread"],
-            cwd=ROOT, env=consumer_env(**env), stdout=self.log, stderr=self.log,
-            start_new_session=True,
-        )
+        self.proc = start_consumer(consumer_env(**env), workers=workers, log=self.log)
 
     def kill(self) -> None:
         """SIGKILL: no signal handler runs, whatever it held is lost."""
@@ -62,22 +56,6 @@ class Consumer:
         self.proc.wait()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop(self.proc)
         if self.log is not subprocess.DEVNULL:
             self.log.close()
-
-
-def wait_for(predicate, timeout: float = 30, interval: float = 0.1, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

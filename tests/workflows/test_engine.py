@@ -9,7 +9,9 @@ from django.utils import timezone
 
 from goals.models import Goal
 from workflows import engine
+from workflows.engine import rows as engine_rows
 from workflows.models import Approval, Checkpoint, Step
+from workflows.selectors import resume_state
 
 from .helpers import kinds, seqs, status
 
@@ -75,7 +77,7 @@ class TestOpenRun:
 class TestReadySet:
     def test_dependencies_gate_readiness(self, run):
         steps = {s.key: s for s in run.steps.all()}
-        assert [s.key for s in engine.ready_steps(run, steps)] == ["build"]
+        assert [s.key for s in engine.ready_steps(run, steps.values())] == ["build"]
 
     @pytest.fixture
     def settled_failure(self, db):
@@ -95,7 +97,7 @@ class TestReadySet:
         run = settled_failure
         assert status(run) == {"run": "running", "a": "failed", "b": "pending"}
         steps = {s.key: s for s in run.steps.all()}
-        assert [s.key for s in engine.ready_steps(run, steps)] == ["b"]
+        assert [s.key for s in engine.ready_steps(run, steps.values())] == ["b"]
 
     def test_retrying_a_settled_failure_holds_its_dependants_back_again(self, settled_failure):
         run = settled_failure
@@ -394,29 +396,29 @@ class TestRecordTransition:
 
 class TestResume:
     def test_ready(self, run):
-        assert engine.resume_state(run) == {
+        assert resume_state(run) == {
             "resume_state": "ready", "can_resume": True, "next_step": "build",
             "message": "Build is ready to start."}
 
     def test_waiting_approval(self, run, people):
         finish_build(run)
         engine.approve(run, "qa", user=people["bob"])
-        state = engine.resume_state(run)
+        state = resume_state(run)
         assert state["resume_state"] == "waiting_approval" and state["next_step"] == "qa"
         assert "1 more approval" in state["message"]
 
     def test_retry_available(self, run):
         engine.start_step(run, "build")
         engine.fail_step(run, "build", retryable=False, summary="bad")
-        state = engine.resume_state(run)
+        state = resume_state(run)
         assert state["resume_state"] == "retry_available" and state["can_resume"]
 
     def test_running_and_terminal(self, run):
         engine.start_step(run, "build")
-        assert engine.resume_state(run)["resume_state"] == "running"
+        assert resume_state(run)["resume_state"] == "running"
         engine.cancel_run(run)
-        assert engine.resume_state(run)["resume_state"] == "cancelled"
-        assert not engine.resume_state(run)["can_resume"]
+        assert resume_state(run)["resume_state"] == "cancelled"
+        assert not resume_state(run)["can_resume"]
 
 
 class TestLeases:
@@ -485,7 +487,7 @@ class TestTransitionCost:
             engine.start_step(run, f"s{i}")
             engine.complete_step(run, f"s{i}")
         rows = []
-        light, model = engine.StepState.__init__, Step.from_db.__func__
+        light, model = engine_rows.StepState.__init__, Step.from_db.__func__
 
         def light_row(self, row):
             rows.append(row)
@@ -495,7 +497,7 @@ class TestTransitionCost:
             rows.append(values)
             return model(cls, db, names, values, **kwargs)
 
-        monkeypatch.setattr(engine.StepState, "__init__", light_row)
+        monkeypatch.setattr(engine_rows.StepState, "__init__", light_row)
         monkeypatch.setattr(Step, "from_db", classmethod(model_row))
         key, costs = f"s{chain_length - 2}", []
         for move in (lambda: engine.start_step(run, key),

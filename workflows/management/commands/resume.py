@@ -3,6 +3,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from workflows import engine
+from workflows.selectors import resume_state
 
 
 class Command(BaseCommand):
@@ -14,7 +15,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         try:
-            state = engine.resume_state(options["run"])
+            state = resume_state(options["run"])
         except engine.WorkflowError as exc:
             raise CommandError(str(exc)) from None
         if options["json"]:

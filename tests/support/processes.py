@@ -1,0 +1,66 @@
+"""Real processes for tests and the bench: Huey consumers, gunicorn, free ports, waiting."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float = 30, interval: float = 0.1, what: str = "condition"):
+    """Poll `predicate` until it returns something truthy; fail with `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def port_open(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+def start_consumer(env: dict, *, workers: int = 2, log=subprocess.DEVNULL) -> subprocess.Popen:
+    """`manage.py run_huey` with thread workers, in a session of its own."""
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "run_huey", "--workers", str(workers),
+         "--worker-type", "thread"],
+        cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True)
+
+
+def start_gunicorn(env: dict, port: int, *, workers: int = 2) -> subprocess.Popen:
+    """gunicorn serving tollgate.wsgi on 127.0.0.1:port; returns once it accepts."""
+    web = subprocess.Popen(
+        [str(Path(sys.executable).with_name("gunicorn")), "tollgate.wsgi", "--bind",
+         f"127.0.0.1:{port}", "--workers", str(workers), "--log-level", "warning"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: port_open(port) or web.poll() is not None, 20, what="gunicorn")
+    return web
+
+
+def stop(proc: subprocess.Popen, *, sig=signal.SIGINT, timeout: float = 10) -> None:
+    """Ask a process to stop (SIGINT lets Huey finish its tasks), then SIGKILL it."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,25 @@
+"""What the engine raises: a transition that cannot happen now; nothing was changed."""
+
+from __future__ import annotations
+
+
+class WorkflowError(Exception):
+    """A transition that cannot happen now; nothing was changed."""
+
+    status_code = 409
+
+
+class IllegalTransition(WorkflowError):
+    status_code = 409
+
+
+class NotPermitted(WorkflowError):
+    status_code = 403
+
+
+class InvalidInput(WorkflowError):
+    status_code = 400
+
+
+class NotFound(WorkflowError):
+    status_code = 404

@@ -1,0 +1,106 @@
+"""Approval gates: decided only by their approvers, under their quorum and self-approval
+rules (see `workflows.permissions`), or by their deadline."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from .. import permissions
+from ..models import Approval, Checkpoint, CheckpointKind, Decision, Run, Step, StepKind, StepStatus
+from .commit import commit
+from .errors import IllegalTransition, InvalidInput, NotPermitted
+from .moves import close_gate, fail_for_good, require_open
+from .rows import lock_run, locked_by_step_id, step_of
+
+
+def _check_approver(run: Run, step: Step, user) -> None:
+    groups = set(user.groups.values_list("name", flat=True)) if permissions.is_person(
+        user) and user.is_authenticated else set()
+    refusal = permissions.decide_refusal(user, run, step, groups=groups)
+    if refusal:
+        raise NotPermitted(refusal)
+
+
+def _gate(run, key, user, verb: str) -> Step:
+    step = step_of(run, key)
+    require_open(run, f"{verb} {key}")
+    if step.kind != StepKind.APPROVAL:
+        raise IllegalTransition(f"{key} is not an approval gate.")
+    if step.status != StepStatus.WAITING_APPROVAL:
+        raise IllegalTransition(f"Cannot {verb} {key}: it is {step.status}, "
+                                "not waiting for approval.")
+    _check_approver(run, step, user)
+    if Approval.objects.filter(step=step, attempt=step.attempt, user=user).exists():
+        raise IllegalTransition(f"{user.get_username()} has already decided {key}.")
+    return step
+
+
+def _record_decision(step: Step, user, decision: str, comment: str) -> Approval:
+    now = timezone.now()
+    waited = (now - step.waiting_since).total_seconds() if step.waiting_since else None
+    return Approval.objects.create(step=step, attempt=step.attempt, user=user, decision=decision,
+                                   comment=comment, group=step.approval_group,
+                                   waited_seconds=waited, at=now)
+
+
+def approve(run, key: str, *, user, comment: str = "") -> Checkpoint:
+    """Record an approval; the gate completes when its quorum of distinct approvers is met."""
+    with transaction.atomic():
+        run = lock_run(run)
+        step = _gate(run, key, user, "approve")
+        _record_decision(step, user, Decision.APPROVE, comment)
+        count = Approval.objects.filter(
+            step=step, attempt=step.attempt, decision=Decision.APPROVE
+        ).count()
+        evidence = {"approvals": count, "required": step.approval_required}
+        if count >= step.approval_required:
+            close_gate(step)
+            step.status = StepStatus.COMPLETED
+            step.finished_at = timezone.now()
+            step.last_summary = comment
+            return commit(run, CheckpointKind.STEP_APPROVED, actor=user, step=step,
+                          summary=comment or f"Approved ({count} of {step.approval_required})",
+                          evidence=evidence)
+        return commit(run, CheckpointKind.APPROVAL_RECORDED, actor=user, step=step,
+                      summary=comment or f"Approved ({count} of {step.approval_required})",
+                       evidence=evidence)
+
+
+def reject(run, key: str, *, user, comment: str) -> Checkpoint:
+    """Reject a gate: it fails, with the comment as its reason."""
+    if not (comment or "").strip():
+        raise InvalidInput("A comment is required to reject.")
+    with transaction.atomic():
+        run = lock_run(run)
+        step = _gate(run, key, user, "reject")
+        _record_decision(step, user, Decision.REJECT, comment)
+        close_gate(step)
+        fail_for_good(run, step, timezone.now(), comment,
+                      f"rejected by {user.get_username()}: {comment}")
+        return commit(run, CheckpointKind.STEP_REJECTED, actor=user, step=step, summary=comment)
+
+
+def expire_gate(step_id: int) -> Checkpoint | None:
+    """A gate past its deadline is rejected or escalated, as its spec says."""
+    with locked_by_step_id(step_id) as (run, step):
+        now = timezone.now()
+        if (step is None or step.status != StepStatus.WAITING_APPROVAL or run.is_terminal
+                or step.deadline_at is None or step.deadline_at > now):
+            return None  # decided, moved on or not due
+        approval = step.config.get("approval", {})
+        waited = f"{(now - step.waiting_since).total_seconds():.0f}s" if step.waiting_since else ""
+        if approval.get("on_timeout") == "escalate" and not step.escalated_at:
+            previous = step.approval_group
+            step.approval_group = approval["escalate_to"]
+            step.escalated_at = now
+            close_gate(step)
+            return commit(run, CheckpointKind.GATE_ESCALATED, actor="deadline", step=step,
+                          summary=f"No decision from {previous} after {waited}; escalated to "
+                                  f"{step.approval_group}",
+                          evidence={"from_group": previous, "to_group": step.approval_group})
+        close_gate(step)
+        fail_for_good(run, step, now, f"No decision from {step.approval_group} after {waited}",
+                      "timed out waiting for approval")
+        return commit(run, CheckpointKind.GATE_TIMED_OUT, actor="deadline", step=step,
+                      summary=step.last_summary)

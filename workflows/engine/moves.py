@@ -1,0 +1,82 @@
+"""What a transition does to a step, and the checks every transition makes first."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from .. import permissions
+from ..models import Run, Step, StepStatus
+from ..values import BadValue, check_json
+from .errors import IllegalTransition, InvalidInput, NotPermitted
+from .rows import actor_of
+
+
+def require_operator(actor, action: str) -> None:
+    """A person must hold the operator permission; the system (None or a name) may act."""
+    if permissions.is_person(actor) and not permissions.can_operate(actor):
+        raise NotPermitted(f"{actor_of(actor)[1] or 'anonymous'} may not {action}: that needs "
+                           "the operator permission.")
+
+
+def require_open(run: Run, action: str) -> None:
+    if run.is_terminal:
+        raise IllegalTransition(f"Cannot {action}: run {run.pk} is {run.status}.")
+
+
+def check_value(value, where: str) -> None:
+    try:
+        check_json(value, where)
+    except BadValue as exc:
+        raise InvalidInput(str(exc)) from None
+
+
+def merge_state(run: Run, patch) -> dict:
+    """Merge a step's state patch into the run's shared state; returns what was merged."""
+    if patch in (None, {}):
+        return {}
+    if not isinstance(patch, dict):
+        raise InvalidInput("state_patch must be a JSON object.")
+    check_value(patch, "state_patch")
+    run.shared_state = {**(run.shared_state or {}), **patch}
+    return patch
+
+
+def begin_attempt(step: Step, now) -> None:
+    """A worker or an agent starts a new attempt of the step."""
+    step.status = StepStatus.RUNNING
+    step.attempt += 1
+    step.started_at = now
+    step.finished_at = None
+    step.retry_after = None
+
+
+def fail_for_good(run: Run, step: Step, now, summary: str, error: str = "") -> None:
+    """The step has failed with no retry left; a failure that holds the run back is the
+    run's error (`error`, else the summary)."""
+    step.status = StepStatus.FAILED
+    step.finished_at = now
+    step.last_summary = summary
+    if not step.continue_on_failure:
+        run.error = f"{step.title}: {error or summary or 'failed'}"
+
+
+def clear_lease(step: Step) -> None:
+    step.lease_owner = ""
+    step.lease_token = ""
+    step.lease_expires_at = None
+
+
+def open_gate(gate, now) -> None:
+    """A gate starts waiting on its group, with its deadline if the spec sets one."""
+    config = gate.config if isinstance(gate, Step) else (
+        Step.objects.filter(pk=gate.pk).values_list("config", flat=True).first() or {})
+    approval = config.get("approval", {})
+    gate.status = StepStatus.WAITING_APPROVAL
+    gate.attempt = max(gate.attempt, 1)
+    gate.waiting_since = now
+    timeout = approval.get("timeout_seconds")
+    gate.deadline_at = now + timedelta(seconds=timeout) if timeout else None
+
+
+def close_gate(gate) -> None:
+    gate.deadline_at = None

@@ -1,0 +1,131 @@
+"""The rules of a run, in Python and in SQL: settled, ready, run status, the next move.
+
+The commit, the sweeper, the selectors and the worker's fast path all read these, so they
+cannot disagree about when a step may start or what a run's status is.
+"""
+
+from __future__ import annotations
+
+import random
+
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from ..models import Run, RunStatus, Step, StepKind, StepStatus
+
+SETTLED_STATUSES = (StepStatus.COMPLETED, StepStatus.SKIPPED)
+SETTLED = Q(status__in=SETTLED_STATUSES) | Q(status=StepStatus.FAILED, continue_on_failure=True)
+
+# For a step row: does its run have a failed step that holds the run back?
+RUN_HAS_HARD_FAILURE = Exists(Step.objects.filter(
+    run=OuterRef("run"), status=StepStatus.FAILED, continue_on_failure=False))
+
+
+def settled(step) -> bool:
+    """Done as far as its dependants care: completed, skipped, or failed but allowed to."""
+    return step.status in SETTLED_STATUSES or (
+        step.status == StepStatus.FAILED and step.continue_on_failure)
+
+
+def hard_failure(steps):
+    """The first failed step that holds the run back, if any."""
+    for step in steps:
+        if step.status == StepStatus.FAILED and not step.continue_on_failure:
+            return step
+    return None
+
+
+def is_ready(step, now) -> bool:
+    if step.kind != StepKind.RUN:
+        return False
+    if step.status == StepStatus.PENDING:
+        return step.waiting_on == 0
+    return step.status == StepStatus.RETRYING and (
+        step.retry_after is None or step.retry_after <= now)
+
+
+def ready_filter(now) -> Q:
+    """Worker steps that may start at `now`, short of the run's state (is_ready in SQL)."""
+    due = Q(retry_after__isnull=True) | Q(retry_after__lte=now)
+    return Q(kind=StepKind.RUN) & (
+        Q(status=StepStatus.PENDING, waiting_on=0) | Q(status=StepStatus.RETRYING) & due)
+
+
+def ready_steps(run: Run, steps, now=None) -> list:
+    """Worker steps that may start now, among all of a run's steps (or its frontier)."""
+    steps = list(steps)
+    if run.is_terminal or hard_failure(steps):
+        return []
+    now = now or timezone.now()
+    return [step for step in steps if is_ready(step, now)]
+
+
+def may_start(run: Run, step, now) -> bool:
+    return not (run.is_terminal or step.run_has_hard_failure) and is_ready(step, now)
+
+
+def run_status(run: Run, frontier, *, unsettled: bool, moved: bool) -> str:
+    """The run's status from its frontier: the one place this rule is written."""
+    if run.status == RunStatus.CANCELLED:
+        return RunStatus.CANCELLED
+    if not unsettled:
+        return RunStatus.COMPLETED
+    statuses = {step.status for step in frontier}
+    if statuses & {StepStatus.RUNNING, StepStatus.RETRYING}:
+        return RunStatus.RUNNING
+    if hard_failure(frontier):
+        return RunStatus.FAILED
+    if StepStatus.WAITING_APPROVAL in statuses:
+        return RunStatus.WAITING_APPROVAL
+    if StepStatus.BLOCKED in statuses:
+        return RunStatus.BLOCKED
+    return RunStatus.RUNNING if moved else RunStatus.OPEN
+
+
+# What moves a run on next, in the order its status is decided (see run_status).
+MOVES = (
+    (StepStatus.RUNNING, "running"),
+    (StepStatus.RETRYING, "retrying"),
+    (StepStatus.FAILED, "retry_available"),
+    (StepStatus.WAITING_APPROVAL, "waiting_approval"),
+    (StepStatus.BLOCKED, "blocked"),
+)
+
+
+def next_move(steps, ready=None) -> tuple[str, object | None]:
+    """(what kind of move, the step it is on): running, retrying, retry_available,
+    waiting_approval, blocked, ready, or ("", None) when nothing can move the run."""
+    steps = list(steps)
+    for status, move in MOVES:
+        for step in steps:
+            if step.status == status and (status != StepStatus.FAILED
+                                          or not step.continue_on_failure):
+                return move, step
+    if ready is not None:
+        return "ready", ready
+    return "", None
+
+
+def next_action(steps, ready=None) -> tuple[str, str]:
+    """(current step key, what happens next) for the run page and the API."""
+    move, step = next_move(steps, ready)
+    if step is None:
+        return "", ""
+    return step.key, {
+        "running": f"{step.title} is running",
+        "retrying": f"{step.title} will retry",
+        "retry_available": f"{step.title} failed; retry or cancel",
+        "waiting_approval": f"Approve {step.title} ({step.approval_group} group)",
+        "blocked": f"{step.title} is blocked: {step.last_summary}".strip(),
+        "ready": f"{step.title} is ready to start",
+    }[move]
+
+
+def retry_delay(step, retry_number: int) -> float:
+    """Seconds before automatic retry number `retry_number` (1-based) of a step."""
+    base = step.retry_backoff_seconds
+    if step.config.get("retry_backoff") == "exponential":
+        cap = float(step.config.get("retry_backoff_max_seconds", 300))
+        ceiling = min(cap, base * 2 ** (retry_number - 1))
+        return random.uniform(ceiling / 2, ceiling)  # jitter spreads a burst of retries
+    return base

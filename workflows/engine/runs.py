@@ -1,0 +1,160 @@
+"""Runs: opened (idempotently, with one row per step) and cancelled."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from goals.models import Goal
+
+from .. import permissions
+from ..models import (
+    OPEN_RUN_STATUSES,
+    OPEN_STEP_STATUSES,
+    Checkpoint,
+    CheckpointKind,
+    Run,
+    RunStatus,
+    Step,
+    StepKind,
+    StepStatus,
+    WorkflowSpec,
+)
+from .commit import commit
+from .errors import IllegalTransition, InvalidInput, NotFound, NotPermitted
+from .moves import check_value, require_open, require_operator
+from .rows import actor_of, lock_run
+
+
+@dataclass(frozen=True)
+class Opened:
+    run: Run
+    reused: bool
+
+
+def open_run(
+    spec: WorkflowSpec | str,
+    *,
+    actor=None,
+    goal: Goal | int | None = None,
+    idempotency_key: str = "",
+    shared_state: dict | None = None,
+    title: str = "",
+    priority: str | None = None,
+) -> Opened:
+    """Open a run of a spec (its active version when given by name).
+
+    With an idempotency key already used by an open run of the same spec, that run is
+    returned and marked reused; the database's partial unique index settles races.
+    """
+    if permissions.is_person(actor) and not permissions.has(actor, permissions.START):
+        raise NotPermitted(f"{actor_of(actor)[1] or 'anonymous'} may not start runs.")
+    if isinstance(spec, str):
+        spec_obj = WorkflowSpec.objects.filter(name=spec, status="active").first()
+        if spec_obj is None:
+            raise NotFound(f"No active spec named {spec!r}.")
+        spec = spec_obj
+    elif spec.status != "active":
+        raise IllegalTransition(f"Spec {spec} is archived; start its active version.")
+    if shared_state is not None and not isinstance(shared_state, dict):
+        raise InvalidInput("shared_state must be a JSON object.")
+    check_value(shared_state, "shared_state")
+    idempotency_key = (idempotency_key or "").strip()
+    if len(idempotency_key) > 200:
+        raise InvalidInput("idempotency_key is longer than 200 characters.")
+    if goal is not None and not isinstance(goal, Goal):
+        goal_obj = Goal.objects.filter(pk=goal).first() if str(goal).isdigit() else None
+        if goal_obj is None:
+            raise NotFound(f"Goal {goal} does not exist.")
+        goal = goal_obj
+    if goal is not None and goal.is_closed:
+        raise IllegalTransition(f"Goal {goal.pk} ({goal.title}) is {goal.status}; "
+                                "runs cannot be opened under a closed goal.")
+    if idempotency_key:
+        existing = _open_run_with_key(spec.name, idempotency_key)
+        if existing:
+            return Opened(existing, True)
+    user, _ = actor_of(actor)
+    try:
+        with transaction.atomic():
+            run = Run.objects.create(
+                spec=spec,
+                spec_name=spec.name,
+                goal=goal,
+                title=title or spec.description or spec.name,
+                priority=priority or (goal.priority if goal else "normal"),
+                requested_by=user,
+                idempotency_key=idempotency_key,
+                shared_state=shared_state or {},
+            )
+            Step.objects.bulk_create(_new_steps(run, spec.definition["steps"]))
+            commit(run, CheckpointKind.RUN_OPENED, actor=actor,
+                   summary=f"Opened {spec} run" + (f" under goal “{goal.title}”" if goal else ""),
+                   state_patch=shared_state or {})
+    except IntegrityError:
+        existing = _open_run_with_key(spec.name, idempotency_key) if idempotency_key else None
+        if existing is None:
+            raise
+        return Opened(existing, True)
+    return Opened(run, False)
+
+
+def _new_steps(run: Run, items: list[dict]) -> list[Step]:
+    dependents: dict[str, list[str]] = {item["key"]: [] for item in items}
+    for item in items:
+        for dep in item.get("depends_on", []):
+            dependents[dep].append(item["key"])
+    steps = []
+    for index, item in enumerate(items):
+        approval = item.get("approval") or {}
+        steps.append(Step(
+            run=run,
+            key=item["key"],
+            title=item.get("title") or item["key"],
+            index=index,
+            depends_on=item.get("depends_on", []),
+            dependents=dependents[item["key"]],
+            waiting_on=len(item.get("depends_on", [])),
+            kind=StepKind.APPROVAL if approval else StepKind.RUN,
+            config=item,
+            continue_on_failure=item.get("continue_on_failure", False),
+            max_retries=item.get("max_retries", 0),
+            retry_backoff_seconds=item.get("retry_backoff_seconds", 0),
+            approval_group=approval.get("group", ""),
+            approval_required=approval.get("required", 1),
+            allow_self_approval=approval.get("allow_self_approval", False),
+            compensation=item.get("compensation"),
+        ))
+    return steps
+
+
+def _open_run_with_key(spec_name: str, key: str) -> Run | None:
+    return Run.objects.filter(
+        spec_name=spec_name, idempotency_key=key, status__in=OPEN_RUN_STATUSES
+    ).first()
+
+
+def cancel_run(run, *, actor=None, reason: str = "") -> Checkpoint | None:
+    """Cancel a run and its open steps. Cancelling a cancelled run changes nothing."""
+    require_operator(actor, "cancel runs")
+    with transaction.atomic():
+        run = lock_run(run)
+        if run.status == RunStatus.CANCELLED:
+            return None
+        require_open(run, "cancel")
+        now = timezone.now()
+        open_steps = Step.objects.filter(run=run, status__in=OPEN_STEP_STATUSES)
+        cancelled = list(open_steps.order_by("index").values_list("key", flat=True))
+        # Keep lease tokens: a worker's heartbeat sees its step cancelled and stops the process.
+        closed = {"status": StepStatus.CANCELLED, "lease_expires_at": None, "deadline_at": None,
+                  "updated_at": now}
+        open_steps.filter(Q(status=StepStatus.RUNNING) | Q(started_at__isnull=False)).update(
+            **closed, finished_at=now)
+        open_steps.update(**closed, finished_at=None)  # the rest never started
+        run.status = RunStatus.CANCELLED
+        run.error = reason
+        return commit(run, CheckpointKind.RUN_CANCELLED, actor=actor,
+                      summary=reason or "Run cancelled", evidence={"cancelled_steps": cancelled})

@@ -1,0 +1,290 @@
+"""Work steps: started by a worker or reported by an agent, completed, failed, retried,
+skipped; and the leases that fence a worker's attempt."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from .. import permissions
+from ..models import Checkpoint, CheckpointKind, Run, RunStatus, Step, StepKind, StepStatus
+from .commit import commit
+from .errors import IllegalTransition, InvalidInput, NotFound, NotPermitted
+from .moves import (
+    begin_attempt,
+    check_value,
+    clear_lease,
+    close_gate,
+    fail_for_good,
+    merge_state,
+    open_gate,
+    require_open,
+    require_operator,
+)
+from .rows import lock_run, locked_by_step_id, step_of
+from .rules import may_start, retry_delay
+
+
+def start_step(run, key: str, *, actor=None, owner: str = "", lease_seconds=None) -> Step:
+    """Move a ready worker step to running, taking a lease when `lease_seconds` is given."""
+    with transaction.atomic():
+        run = lock_run(run)
+        return _start(run, step_of(run, key), actor, owner, lease_seconds)
+
+
+def claim_step(step_id: int, *, owner: str, lease_seconds: float) -> Step:
+    """A worker starts the step it was rung for, under a lease (see start_step)."""
+    with locked_by_step_id(step_id) as (run, step):
+        if step is None:
+            raise NotFound(f"Step {step_id} does not exist.")
+        return _start(run, step, f"worker {owner}", owner, lease_seconds)
+
+
+def _start(run: Run, step: Step, actor, owner: str, lease_seconds) -> Step:
+    key = step.key
+    require_open(run, f"start {key}")
+    if step.kind == StepKind.APPROVAL:
+        raise IllegalTransition(f"{key} is an approval gate; it is decided, not started.")
+    now = timezone.now()
+    if not may_start(run, step, now):
+        if step.status == StepStatus.RETRYING:
+            raise IllegalTransition(f"{key} retries at {step.retry_after:%H:%M:%S}, not yet.")
+        if step.status == StepStatus.PENDING:
+            raise IllegalTransition(f"{key} is waiting on its dependencies.")
+        raise IllegalTransition(f"Cannot start {key}: it is {step.status}.")
+    begin_attempt(step, now)
+    if lease_seconds:
+        step.lease_owner = owner[:200]
+        step.lease_token = uuid.uuid4().hex
+        step.lease_expires_at = now + timedelta(seconds=lease_seconds)
+    commit(run, CheckpointKind.STEP_STARTED, actor=actor, step=step,
+           summary=f"Attempt {step.attempt}" + (f" on {owner}" if owner else ""),
+            evidence={"attempt": step.attempt, "owner": owner} if owner else
+            {"attempt": step.attempt})
+    return step
+
+
+def _stale(run, step, actor, lease_token, what: str) -> Checkpoint:
+    return commit(
+        run, CheckpointKind.STALE_RESULT, actor=actor, step=step,
+       summary=f"Ignored a {what} result for {step.key}: its lease was lost "
+                f"(step is {step.status}).",
+        evidence={"token": lease_token, "current_token": step.lease_token},
+    )
+
+
+def _reported_step(run, key: str, actor, lease_token, verb: str, gate_verb: str):
+    """(step, None) for a step a worker or agent may report on now, or (step, checkpoint)
+    when the report carries a lease token that is no longer current."""
+    step = step_of(run, key)
+    if lease_token is not None and (
+        step.lease_token != lease_token or step.status != StepStatus.RUNNING
+    ):
+        outcome = {"complete": "completed", "fail": "failed"}[verb]
+        return step, _stale(run, step, actor, lease_token, outcome)
+    require_open(run, f"{verb} {key}")
+    if step.kind == StepKind.APPROVAL:
+        raise IllegalTransition(f"{key} is an approval gate; {gate_verb} it instead.")
+    if step.status not in (StepStatus.RUNNING, StepStatus.BLOCKED):
+        raise IllegalTransition(f"Cannot {verb} {key}: it is {step.status}.")
+    return step, None
+
+
+def complete_step(run, key: str, *, actor=None, summary: str = "", evidence=None,
+                  state_patch=None, lease_token: str | None = None) -> Checkpoint:
+    """Finish a running step successfully, merging its state patch into the run."""
+    with transaction.atomic():
+        run = lock_run(run)
+        step, stale = _reported_step(run, key, actor, lease_token, "complete", "approve")
+        if stale:
+            return stale
+        patch = merge_state(run, state_patch)
+        step.status = StepStatus.COMPLETED
+        step.finished_at = timezone.now()
+        step.last_summary = summary
+        step.last_evidence = evidence or {}
+        step.last_state_patch = patch
+        clear_lease(step)
+        return commit(run, CheckpointKind.STEP_COMPLETED, actor=actor, step=step,
+                      summary=summary or f"{step.title} completed",
+                      evidence=evidence, state_patch=patch)
+
+
+def fail_step(run, key: str, *, actor=None, summary: str = "", evidence=None,
+              lease_token: str | None = None, retryable: bool = True) -> Checkpoint:
+    """Fail a running step: it retries while attempts remain, else it fails."""
+    with transaction.atomic():
+        run = lock_run(run)
+        step, stale = _reported_step(run, key, actor, lease_token, "fail", "reject")
+        if stale:
+            return stale
+        return _fail(run, step, actor, summary, evidence, retryable)
+
+
+def _fail(run, step, actor, summary, evidence, retryable=True) -> Checkpoint:
+    now = timezone.now()
+    clear_lease(step)
+    step.last_summary = summary
+    step.last_evidence = evidence or {}
+    retries_used = step.attempt - step.attempt_base - 1
+    if retryable and retries_used < step.max_retries:
+        delay = retry_delay(step, retries_used + 1)
+        step.status = StepStatus.RETRYING
+        step.retry_after = now + timedelta(seconds=delay)
+        step.rung_at = None  # the retry needs a doorbell of its own
+        return commit(run, CheckpointKind.STEP_RETRYING, actor=actor, step=step,
+                      summary=f"{summary or 'Failed'}; retry {retries_used + 1} of "
+                               f"{step.max_retries} in {delay:.1f}s",
+                      evidence={**(evidence or {}), "retry_after": step.retry_after.isoformat()})
+    fail_for_good(run, step, now, summary)
+    return commit(run, CheckpointKind.STEP_FAILED, actor=actor, step=step,
+                  summary=summary or f"{step.title} failed", evidence=evidence)
+
+
+def retry_step(run, key: str, *, actor=None) -> Checkpoint:
+    """Try a failed step again; a gate asks for fresh approvals."""
+    require_operator(actor, f"retry {key}")
+    with transaction.atomic():
+        run = lock_run(run)
+        step = step_of(run, key)
+        if run.status == RunStatus.CANCELLED:
+            raise IllegalTransition(f"Cannot retry {key}: run {run.pk} is cancelled.")
+        if step.status != StepStatus.FAILED:
+            raise IllegalTransition(f"Cannot retry {key}: it is {step.status}; "
+                                    "only a failed step can be retried.")
+        step.finished_at = None
+        step.retry_after = None
+        if step.kind == StepKind.APPROVAL:
+            step.attempt += 1
+            step.approval_group = step.config["approval"]["group"]
+            step.escalated_at = None
+            open_gate(step, timezone.now())
+        else:
+            step.status = StepStatus.PENDING
+            step.attempt_base = step.attempt  # a fresh window of automatic retries
+            step.rung_at = None
+        return commit(run, CheckpointKind.STEP_RETRIED, actor=actor, step=step,
+                      summary=f"Retry of {step.title} requested")
+
+
+def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
+    """Skip a work step that is not running; its dependants may go on.
+
+    A gate is never skipped, whoever asks: only its approvers pass it, under its quorum.
+    """
+    with transaction.atomic():
+        run = lock_run(run)
+        step = step_of(run, key)
+        if step.kind == StepKind.APPROVAL:
+            raise IllegalTransition(f"{key} is an approval gate: it is decided by the "
+                                    f"{step.approval_group} group, never skipped.")
+        require_operator(actor, f"skip {key}")
+        # A failed run stays failed until a retry: skipping is for runs still in motion.
+        require_open(run, f"skip {key}")
+        if step.status in (StepStatus.RUNNING, StepStatus.COMPLETED, StepStatus.SKIPPED,
+                           StepStatus.CANCELLED):
+            raise IllegalTransition(f"Cannot skip {key}: it is {step.status}.")
+        step.status = StepStatus.SKIPPED
+        close_gate(step)
+        step.finished_at = timezone.now()
+        step.last_summary = reason
+        clear_lease(step)
+        return commit(run, CheckpointKind.STEP_SKIPPED, actor=actor, step=step,
+                      summary=reason or f"{step.title} skipped")
+
+
+AGENT_STATUSES = ("running", "completed", "failed", "blocked")
+
+
+def record_transition(run, key: str, *, actor=None, step_status: str | None = None,
+                      summary: str = "", evidence=None, state_patch=None) -> Checkpoint:
+    """An agent reports progress on a step it performs itself (no worker involved)."""
+    if step_status not in (None, "", *AGENT_STATUSES):
+        raise InvalidInput(f"step_status must be one of {', '.join(AGENT_STATUSES)}, "
+                           f"got {step_status!r}.")
+    if evidence is not None and not isinstance(evidence, dict):
+        raise InvalidInput("evidence must be a JSON object.")
+    check_value(evidence, "evidence")
+    with transaction.atomic():
+        run = lock_run(run)
+        if permissions.is_person(actor) and run.requested_by_id != actor.pk and not (
+                permissions.can_operate(actor)):
+            raise NotPermitted(f"Only the run's requester or an operator may report on run "
+                               f"{run.pk}.")
+        step = step_of(run, key)
+        require_open(run, f"report on {key}")
+        if step.kind == StepKind.APPROVAL:
+            raise IllegalTransition(f"{key} is an approval gate; approvers decide it.")
+        now = timezone.now()
+        ready = may_start(run, step, now)
+        current = step.status
+        if step_status in (None, ""):
+            if current in (StepStatus.COMPLETED, StepStatus.SKIPPED, StepStatus.CANCELLED):
+                raise IllegalTransition(f"Cannot report on {key}: it is {current}.")
+        elif current == StepStatus.RUNNING and step.lease_token:
+            raise IllegalTransition(f"{key} is being run by a worker ({step.lease_owner}).")
+        elif step_status == "running":
+            if not (ready or current == StepStatus.BLOCKED):
+                raise IllegalTransition(f"Cannot start {key}: it is {current}"
+                                        + (" and waiting on dependencies."
+                                           if current == StepStatus.PENDING else "."))
+            if current != StepStatus.BLOCKED:
+                begin_attempt(step, now)
+            step.status = StepStatus.RUNNING
+        else:
+            if not (ready or current in (StepStatus.RUNNING, StepStatus.BLOCKED)):
+                raise IllegalTransition(f"Cannot mark {key} {step_status}: it is {current}"
+                                        + (" and waiting on dependencies."
+                                           if current == StepStatus.PENDING else "."))
+            if ready:
+                begin_attempt(step, now)
+            step.status = step_status
+            if step_status == StepStatus.COMPLETED:
+                step.finished_at = now
+            elif step_status == StepStatus.FAILED:
+                fail_for_good(run, step, now, summary)
+        patch = merge_state(run, state_patch)
+        step.last_summary = summary or step.last_summary
+        if evidence:
+            step.last_evidence = evidence
+        if patch:
+            step.last_state_patch = patch
+        return commit(run, CheckpointKind.TRANSITION, actor=actor, step=step,
+                      summary=summary or f"{step.title}: {step.status}",
+                      evidence=evidence, state_patch=patch)
+
+
+def renew_lease(step_id: int, token: str, seconds: float) -> bool:
+    """Extend a live lease; False when the step is no longer running under this token."""
+    return bool(
+        Step.objects.filter(pk=step_id, lease_token=token, status=StepStatus.RUNNING).update(
+            lease_expires_at=timezone.now() + timedelta(seconds=seconds)
+        )
+    )
+
+
+def expire_lease(step_id: int) -> Checkpoint | None:
+    """The sweeper's move: a running step whose lease ran out retries or fails."""
+    with locked_by_step_id(step_id) as (run, step):
+        now = timezone.now()
+        if (step is None or step.status != StepStatus.RUNNING or step.lease_expires_at is None
+                or step.lease_expires_at > now):
+            return None  # renewed, finished or already swept
+        owner = step.lease_owner
+        return _fail(run, step, f"sweeper ({owner})" if owner else "sweeper",
+                     f"Lease of {owner or 'its worker'} expired; the worker is presumed dead",
+                     {"lease_owner": owner, "expired_at": step.lease_expires_at.isoformat()})
+
+
+def record_compensation(run, key: str, *, ok: bool, summary: str = "",
+                       evidence=None) -> Checkpoint:
+    """Put a compensation's outcome on the failed run's timeline; no status changes."""
+    with transaction.atomic():
+        run = lock_run(run)
+        step = step_of(run, key)
+        kind = CheckpointKind.COMPENSATED if ok else CheckpointKind.COMPENSATION_FAILED
+        return commit(run, kind, actor=None, step=step, evidence=evidence,
+                      summary=f"Compensation of {step.title}: {summary}")
