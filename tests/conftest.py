@@ -48,6 +48,17 @@ def people(db):
 
 
 @pytest.fixture
+def waiting(release_spec, people):
+    """alice's "Release 1.0" run, its build done and its QA gate waiting."""
+    from workflows import engine
+
+    run = engine.open_run(release_spec, actor=people["alice"], title="Release 1.0").run
+    engine.start_step(run, "build")
+    engine.complete_step(run, "build")
+    return run
+
+
+@pytest.fixture
 def consumers(settings, tmp_path):
     """Start real Huey consumer processes on the test database; each stops at teardown."""
     from .workflows.consumers import Consumer

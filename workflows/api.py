@@ -13,8 +13,8 @@ from ninja.errors import HttpError
 from tollgate.api import Error, Id, Key
 from tollgate.query import MAX_ID
 
-from . import engine
-from .models import Checkpoint, Run, RunStatus, Step, StepStatus
+from . import engine, selectors
+from .models import Checkpoint, Run, RunStatus, StepStatus
 from .selectors import resume_state
 from .specs import SpecError, store_spec
 
@@ -107,7 +107,7 @@ class ResumeOut(Schema):
 
 class TransitionIn(Schema):
     step: str = Field(min_length=1, max_length=100)
-    step_status: Literal[engine.AGENT_STATUSES] | None = None
+    step_status: Literal[tuple(map(str, engine.AGENT_STATUSES))] | None = None
     summary: str = Field("", max_length=10000)
     evidence: dict[str, Any] | None = None
     state_patch: dict[str, Any] | None = None
@@ -142,8 +142,9 @@ def run_out(run: Run, *, steps=None, reused: bool = False) -> dict:
     return data
 
 
-def checkpoint_out(c: Checkpoint, keys: dict[int, str]) -> dict:
-    return {"seq": c.seq, "kind": c.kind, "step": keys.get(c.step_id), "actor": c.actor_name,
+def checkpoint_out(c: Checkpoint, step_key: str | None = None) -> dict:
+    key = step_key or getattr(c, "step_key", None) or None
+    return {"seq": c.seq, "kind": c.kind, "step": key, "actor": c.actor_name,
             "at": c.at, "summary": c.summary, "run_status": c.run_status,
             "step_status": c.step_status, "evidence": c.evidence, "state_patch": c.state_patch}
 
@@ -179,14 +180,7 @@ def list_runs(request, status: RunStatusName | None = None,
               spec: str | None = Query(None, max_length=100),
               goal: int | None = Query(None, ge=1, le=MAX_ID),
               limit: int = Query(50, ge=1, le=200), offset: int = Query(0, ge=0, le=MAX_ID)):
-    runs = Run.objects.select_related("spec", "goal", "requested_by").order_by("-created_at",
-                                                                              "-id")
-    if status:
-        runs = runs.filter(status=status)
-    if spec:
-        runs = runs.filter(spec_name=spec)
-    if goal:
-        runs = runs.filter(goal_id=goal)
+    runs = selectors.runs(status=status or "", spec=spec or "", goal=goal)
     return {"count": runs.count(), "results": [run_out(r) for r in runs[offset:offset + limit]]}
 
 
@@ -200,9 +194,7 @@ def get_run_detail(request, run_id: Id):
                                                     401: Error, 404: Error},
          summary="The run's checkpoints, oldest first")
 def timeline(request, run_id: Id):
-    run = get_run(run_id)
-    keys = dict(Step.objects.filter(run=run).values_list("pk", "key"))
-    return [checkpoint_out(c, keys) for c in run.checkpoints.order_by("seq")]
+    return [checkpoint_out(c) for c in selectors.timeline(get_run(run_id))]
 
 
 @router.get("/runs/{run_id}/resume", response={200: ResumeOut, 400: Error, 401: Error, 404: Error},
@@ -220,8 +212,7 @@ def transition(request, run_id: Id, payload: TransitionIn):
     checkpoint = engine.record_transition(
         run, payload.step, actor=request.user, step_status=payload.step_status,
         summary=payload.summary, evidence=payload.evidence, state_patch=payload.state_patch)
-    keys = {checkpoint.step_id: payload.step}
-    return {"checkpoint": checkpoint_out(checkpoint, keys), "run": fresh_run(run.pk)}
+    return {"checkpoint": checkpoint_out(checkpoint, payload.step), "run": fresh_run(run.pk)}
 
 
 @router.post("/runs/{run_id}/cancel", response={200: RunOut, 400: Error, 401: Error, 403: Error,

@@ -8,7 +8,7 @@ from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from .models import Checkpoint, Notification
+from .models import Checkpoint, Notification, StepStatus
 from .permissions import deciders
 
 log = logging.getLogger(__name__)
@@ -32,8 +32,8 @@ def messages_for(checkpoint: Checkpoint, event: str, step_key: str):
                 f"No decision came in time; {step.title} now waits on {step.approval_group}.\n"
                 f"{link}\n")
     elif event == "gate_decided" and step is not None and requester:
-        outcome = {"completed": "approved", "failed": "rejected"}.get(checkpoint.step_status,
-                                                                     checkpoint.step_status)
+        outcomes = {StepStatus.COMPLETED: "approved", StepStatus.FAILED: "rejected"}
+        outcome = outcomes.get(checkpoint.step_status, checkpoint.step_status)
         yield requester, f"[Tollgate] {step.title} {outcome}: {run}", (
             f"{step.title} of your run {run} was {outcome} by {checkpoint.actor_name}.\n"
             f"{checkpoint.summary}\n{link}\n")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet, Value
+from django.db.models.functions import Coalesce
 
 from .engine import NotFound
 from .engine.rules import next_move, ready_steps
@@ -28,14 +29,10 @@ def runs(*, status: str = "", spec: str = "", goal: int | None = None) -> QueryS
 
 
 def timeline(run: Run, *, first_seq: int = 1) -> list[Checkpoint]:
-    """A run's checkpoints from `first_seq`, oldest first, each with its step's key."""
-    checkpoints = list(run.checkpoints.filter(seq__gte=first_seq).select_related("step")
-                       .only("run_id", "seq", "kind", "step__key", "run_status", "step_status",
-                             "actor_name", "summary", "evidence", "state_patch", "at")
-                       .order_by("seq"))
-    for checkpoint in checkpoints:
-        checkpoint.step_key = checkpoint.step.key if checkpoint.step_id else ""
-    return checkpoints
+    """A run's checkpoints from `first_seq`, oldest first, each with its step's `step_key`."""
+    return list(run.checkpoints.filter(seq__gte=first_seq)
+                .annotate(step_key=Coalesce(F("step__key"), Value("")))
+                .order_by("seq"))
 
 
 def resume_state(run) -> dict:

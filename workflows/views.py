@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from tollgate.query import int_param
 
-from . import engine
+from . import engine, selectors
 from .models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, WorkflowSpec
 from .permissions import can_cancel, can_decide, can_operate, can_retry, decidable_by
 
@@ -51,7 +51,7 @@ def run_context(request, run_id: int) -> dict:
     approvals = list(Approval.objects.filter(step__run=run).select_related("user"))
     whole = request.GET.get("timeline") == "all"
     first_seq = 1 if whole else max(1, run.checkpoint_seq - TIMELINE_LATEST + 1)
-    checkpoints = list(run.checkpoints.filter(seq__gte=first_seq).order_by("seq"))
+    checkpoints = selectors.timeline(run, first_seq=first_seq)
     by_step: dict[int, list] = {}
     for approval in approvals:
         by_step.setdefault(approval.step_id, []).append(approval)
@@ -59,13 +59,10 @@ def run_context(request, run_id: int) -> dict:
     attempts = {s.pk: s.attempt for s in steps}
     decided = {a.step_id for a in approvals
                if a.user_id == user.pk and a.attempt == attempts[a.step_id]}
-    keys = {s.pk: s.key for s in steps}
     for step in steps:
         step.decisions = by_step.get(step.pk, [])
         step.can_decide = can_decide(user, run, step, decided)
         step.can_retry = can_retry(user, run, step)
-    for checkpoint in checkpoints:
-        checkpoint.step_key = keys.get(checkpoint.step_id, "")
     return {
         "run": run,
         "steps": _dag_order(steps),
@@ -90,18 +87,10 @@ def run_detail(request, pk: int):
 
 @require_GET
 def run_list(request):
-    runs = Run.objects.select_related("spec", "goal", "requested_by").order_by("-created_at",
-                                                                              "-id")
     filters = {key: request.GET.get(key, "") for key in ("status", "spec", "goal", "mine")}
-    if filters["status"] in RunStatus.values:
-        runs = runs.filter(status=filters["status"])
-    if filters["spec"]:
-        runs = runs.filter(spec_name=filters["spec"])
     goal = int_param(request.GET, "goal")
-    if goal is not None:
-        runs = runs.filter(goal_id=goal)
-    else:
-        filters["goal"] = ""
+    filters["goal"] = "" if goal is None else str(goal)
+    runs = selectors.runs(status=filters["status"], spec=filters["spec"], goal=goal)
     if filters["mine"]:
         runs = runs.filter(pk__in=decidable_by(request.user).values("run_id"))
     page = Paginator(runs, 25).get_page(request.GET.get("page"))

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from . import engine
 from .executors import execute
-from .models import Run, Step, StepStatus
+from .models import Run, RunStatus, Step, StepStatus
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def compensate_run(run_id: int) -> list[str]:
         if not claimed:
             continue
         run = Run.objects.only("shared_state", "status").get(pk=run_id)
-        if run.status != "failed":
+        if run.status != RunStatus.FAILED:
             Step.objects.filter(pk=step.pk).update(compensated_at=None)
             break  # retried meanwhile: no longer ours to undo
         context = {"run_id": run_id, "step_key": step.key, "attempt": step.attempt}

@@ -14,14 +14,6 @@ pytestmark = pytest.mark.django_db
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
-@pytest.fixture
-def waiting(release_spec, people):
-    run = engine.open_run(release_spec, actor=people["alice"], title="Release 1.0").run
-    engine.start_step(run, "build")
-    engine.complete_step(run, "build")
-    return run
-
-
 def as_user(client, user):
     client.force_login(user)
     return client

@@ -15,15 +15,6 @@ from ..conftest import make_user
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def waiting(release_spec, people):
-    """alice's release run, its build done and its QA gate waiting."""
-    run = engine.open_run(release_spec, actor=people["alice"], title="Release 1.0").run
-    engine.start_step(run, "build")
-    engine.complete_step(run, "build")
-    return run
-
-
 def gate_status(run) -> str:
     return run.steps.get(key="qa").status
 

@@ -196,14 +196,14 @@ def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
                       summary=reason or f"{step.title} skipped")
 
 
-AGENT_STATUSES = ("running", "completed", "failed", "blocked")
+AGENT_STATUSES = (StepStatus.RUNNING, StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.BLOCKED)
 
 
 def record_transition(run, key: str, *, actor=None, step_status: str | None = None,
                       summary: str = "", evidence=None, state_patch=None) -> Checkpoint:
     """An agent reports progress on a step it performs itself (no worker involved)."""
     if step_status not in (None, "", *AGENT_STATUSES):
-        raise InvalidInput(f"step_status must be one of {', '.join(AGENT_STATUSES)}, "
+        raise InvalidInput(f"step_status must be one of {', '.join(map(str, AGENT_STATUSES))}, "
                            f"got {step_status!r}.")
     if evidence is not None and not isinstance(evidence, dict):
         raise InvalidInput("evidence must be a JSON object.")
@@ -226,7 +226,7 @@ def record_transition(run, key: str, *, actor=None, step_status: str | None = No
                 raise IllegalTransition(f"Cannot report on {key}: it is {current}.")
         elif current == StepStatus.RUNNING and step.lease_token:
             raise IllegalTransition(f"{key} is being run by a worker ({step.lease_owner}).")
-        elif step_status == "running":
+        elif step_status == StepStatus.RUNNING:
             if not (ready or current == StepStatus.BLOCKED):
                 raise IllegalTransition(f"Cannot start {key}: it is {current}"
                                         + (" and waiting on dependencies."

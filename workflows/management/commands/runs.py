@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows.models import Run, RunStatus
+from workflows import selectors
+from workflows.models import RunStatus
 
 
 class Command(BaseCommand):
@@ -13,22 +14,15 @@ class Command(BaseCommand):
         parser.add_argument("--limit", type=int, default=50)
 
     def handle(self, *args, **options):
-        runs = Run.objects.select_related("spec").order_by("-created_at", "-id")
-        if options["status"]:
-            runs = runs.filter(status=options["status"])
-        if options["spec"]:
-            if not Run.objects.filter(spec_name=options["spec"]).exists():
-                from workflows.models import WorkflowSpec
+        from goals.models import Goal
+        from workflows.models import WorkflowSpec
 
-                if not WorkflowSpec.objects.filter(name=options["spec"]).exists():
-                    raise CommandError(f"No spec named {options['spec']!r}.")
-            runs = runs.filter(spec_name=options["spec"])
-        if options["goal"] is not None:
-            from goals.models import Goal
-
-            if not Goal.objects.filter(pk=options["goal"]).exists():
-                raise CommandError(f"Goal {options['goal']} does not exist.")
-            runs = runs.filter(goal_id=options["goal"])
+        if options["spec"] and not WorkflowSpec.objects.filter(name=options["spec"]).exists():
+            raise CommandError(f"No spec named {options['spec']!r}.")
+        if options["goal"] is not None and not Goal.objects.filter(pk=options["goal"]).exists():
+            raise CommandError(f"Goal {options['goal']} does not exist.")
+        runs = selectors.runs(status=options["status"] or "", spec=options["spec"] or "",
+                              goal=options["goal"])
         rows = list(runs[: max(options["limit"], 1)])
         self.stdout.write(f"{'ID':>6}  {'STATUS':<16}  {'SPEC':<20}  {'CREATED':<16}  NEXT")
         for run in rows:
