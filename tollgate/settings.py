@@ -243,5 +243,7 @@ LOGGING = {
 }
 # Seconds between SIGTERM and SIGKILL when a step's process group is stopped.
 TOLLGATE_KILL_GRACE_SECONDS = float(os.environ.get("TOLLGATE_KILL_GRACE_SECONDS", "5"))
+# How long a worker keeps retrying to report a finished attempt while the database is away.
+TOLLGATE_REPORT_RETRY_SECONDS = float(os.environ.get("TOLLGATE_REPORT_RETRY_SECONDS", "300"))
 # Email people about gates and failed runs (through Huey, after the transition commits).
 TOLLGATE_NOTIFY = env_bool("TOLLGATE_NOTIFY", True)

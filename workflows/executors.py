@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -107,89 +108,92 @@ def command_env(action: dict, context: dict, state_file: Path, patch_file: Path)
             "TOLLGATE_STATE_PATCH_FILE": str(patch_file)}
 
 
-def _pump(stream, buffer: CappedBuffer) -> None:
-    for chunk in iter(lambda: stream.read1(65536), b""):
-        buffer.write(chunk)
-    stream.close()
+SUPERVISOR = Path(__file__).with_name("supervise.py")
 
 
-def _stop_group(proc: subprocess.Popen, grace: float) -> None:
-    """SIGTERM the whole process group, then SIGKILL what is left after `grace` seconds."""
+def read_capped(path: Path, cap: int) -> tuple[str, int]:
+    """(head and tail of a file within `cap` bytes, with a marker for what was cut; its size)."""
+    buffer = CappedBuffer(cap)
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > cap:  # skip the middle instead of reading it
+                buffer.write(handle.read(buffer.half))
+                handle.seek(size - buffer.half)
+                buffer.total = size - buffer.half
+            for chunk in iter(lambda: handle.read(1 << 16), b""):
+                buffer.write(chunk)
+    except FileNotFoundError:
+        return "", 0
+    return buffer.text(), buffer.total
+
+
+def _read_json(path: Path) -> dict | None:
     try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # also reaps children that outlived the leader
-    except ProcessLookupError:
-        pass
-    proc.wait()
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
 
 
 def run_process(action: dict, *, context: dict, shared_state: dict, stop: threading.Event,
-                grace: float | None = None) -> Outcome:
-    """Run a command or shell step to completion, timeout or stop; capture its output."""
+                grace: float | None = None, on_spawn=None) -> Outcome:
+    """Run a command or shell step under a supervisor, to completion, timeout or stop.
+
+    The supervisor (`supervise.py`) holds the read end of a pipe whose write end only this
+    process holds: if this process dies, by any signal, the command's whole process tree is
+    killed. When the command ends or is stopped, nothing it started outlives it. Output goes
+    to files, so a grandchild that keeps stdout open cannot hold the step open.
+    `on_spawn(pid, pgid)` is called once the command has started.
+    """
     grace = settings.TOLLGATE_KILL_GRACE_SECONDS if grace is None else grace
     cap = settings.TOLLGATE_OUTPUT_CAP
     with tempfile.TemporaryDirectory(prefix="tollgate-") as tmp:
-        state_file = Path(tmp, "state.json")
-        patch_file = Path(tmp, "state_patch.json")
+        work = Path(tmp)
+        state_file, patch_file = work / "state.json", work / "state_patch.json"
         state_file.write_text(json.dumps(shared_state))
         secrets = secret_values(action.get("env", {}))
-        env = command_env(action, context, state_file, patch_file)
         argv = ["/bin/sh", "-c", action["shell"]] if "shell" in action else action["command"]
+        (work / "spec.json").write_text(json.dumps({
+            "argv": argv, "cwd": action.get("cwd") or None,
+            "env": command_env(action, context, state_file, patch_file)}))
+        lifeline, keep = os.pipe()
         try:
-            proc = subprocess.Popen(
-                argv, cwd=action.get("cwd") or None, env=env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            )
-        except OSError as exc:
-            return Outcome(False, redact(f"Could not start {argv[0]!r}: {exc.strerror}", secrets),
-                           {"argv": [redact(a, secrets) for a in argv]})
-        out, err = CappedBuffer(cap), CappedBuffer(cap)
-        pumps = [threading.Thread(target=_pump, args=(proc.stdout, out), daemon=True),
-                 threading.Thread(target=_pump, args=(proc.stderr, err), daemon=True)]
-        for pump in pumps:
-            pump.start()
-        timeout = action.get("timeout_seconds")
-        deadline = time.monotonic() + timeout if timeout else None
-        reason = ""
-        while proc.poll() is None:
-            if stop.is_set():
-                reason = "stopped"
-                break
-            if deadline and time.monotonic() >= deadline:
-                reason = "timed_out"
-                break
-            try:
-                proc.wait(timeout=0.1)
-            except subprocess.TimeoutExpired:
-                pass
-        if reason:
-            _stop_group(proc, grace)
-        for pump in pumps:
-            pump.join(timeout=5)
+            supervisor = subprocess.Popen(
+                [sys.executable, "-I", str(SUPERVISOR), str(lifeline), tmp, str(grace)],
+                pass_fds=(lifeline,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            os.close(lifeline)
+        try:
+            reason = _wait(supervisor, work, action.get("timeout_seconds"), stop, on_spawn)
+        finally:
+            os.close(keep)
+        result = _read_json(work / "result.json") or {}
+        if result.get("error") and result.get("exit_code") is None and "pid" not in result:
+            return Outcome(False, redact(f"Could not start {argv[0]!r}: {result['error']}",
+                                         secrets), {"argv": [redact(a, secrets) for a in argv]})
+        stdout, stdout_bytes = read_capped(work / "stdout", cap)
+        stderr, stderr_bytes = read_capped(work / "stderr", cap)
         evidence = {
-            "exit_code": proc.returncode,
-            "stdout": redact(out.text(), secrets),
-            "stderr": redact(err.text(), secrets),
-            "stdout_bytes": out.total,
-            "stderr_bytes": err.total,
+            "exit_code": result.get("exit_code"),
+            "stdout": redact(stdout, secrets), "stderr": redact(stderr, secrets),
+            "stdout_bytes": stdout_bytes, "stderr_bytes": stderr_bytes,
+            "pid": result.get("pid"), "pgid": result.get("pgid"),
         }
+        if result.get("signal"):
+            evidence["signal"] = result["signal"]
         if reason == "timed_out":
             evidence["timed_out"] = True
-            return Outcome(False, f"Timed out after {timeout}s; process group terminated",
-                           evidence)
-        if reason == "stopped":
-            evidence["terminated"] = True
-            return Outcome(False, "Stopped: the step was cancelled or its lease was lost",
-                           evidence, retryable=False)
-        if proc.returncode != 0:
-            return Outcome(False, f"Exited with status {proc.returncode}", evidence)
+            return Outcome(False, f"Timed out after {action['timeout_seconds']}s; process "
+                                  "tree terminated", evidence)
+        if reason:
+            evidence["terminated"] = reason
+            return Outcome(False, STOP_SUMMARIES.get(reason, STOP_SUMMARIES["stopped"]),
+                           evidence, retryable=reason == "fenced")
+        if result.get("exit_code") != 0:
+            how = (f"signal {result['signal']}" if result.get("signal")
+                   else f"status {result.get('exit_code')}")
+            return Outcome(False, f"Exited with {how}", evidence)
         patch = {}
         if patch_file.exists() and patch_file.read_text().strip():
             try:
@@ -199,6 +203,35 @@ def run_process(action: dict, *, context: dict, shared_state: dict, stop: thread
             if not isinstance(patch, dict):
                 return Outcome(False, "State patch file must hold a JSON object", evidence)
         return Outcome(True, "Exited with status 0", evidence, patch)
+
+
+STOP_SUMMARIES = {
+    "stopped": "Stopped: the step was cancelled or its lease was lost",
+    "fenced": "Stopped: the lease could not be renewed before it ran out (worker fenced)",
+}
+
+
+def _wait(supervisor: subprocess.Popen, work: Path, timeout, stop, on_spawn) -> str:
+    """Wait for the supervisor; ask it to stop the command on timeout or `stop`. Returns
+    why the command was stopped ("" if it ended by itself)."""
+    deadline = time.monotonic() + timeout if timeout else None
+    reason, spawned = "", False
+    while supervisor.poll() is None:
+        if not spawned and on_spawn and (child := _read_json(work / "child.json")):
+            spawned = True
+            on_spawn(child["pid"], child["pgid"])
+        if not reason:
+            if stop.is_set():
+                reason = getattr(stop, "reason", "") or "stopped"
+            elif deadline and time.monotonic() >= deadline:
+                reason = "timed_out"
+            if reason:
+                supervisor.send_signal(signal.SIGTERM)
+        try:
+            supervisor.wait(timeout=0.02 if not spawned else 0.1)
+        except subprocess.TimeoutExpired:
+            pass
+    return reason
 
 
 def run_callable(action: dict, *, context: dict, shared_state: dict) -> Outcome:
@@ -218,8 +251,10 @@ def run_callable(action: dict, *, context: dict, shared_state: dict) -> Outcome:
     return Outcome(True, f"{path} returned", {}, result or {})
 
 
-def execute(action: dict, *, context: dict, shared_state: dict, stop: threading.Event) -> Outcome:
+def execute(action: dict, *, context: dict, shared_state: dict, stop: threading.Event,
+            on_spawn=None) -> Outcome:
     """Run any action, as the spec describes it."""
     if "callable" in action:
         return run_callable(action, context=context, shared_state=shared_state)
-    return run_process(action, context=context, shared_state=shared_state, stop=stop)
+    return run_process(action, context=context, shared_state=shared_state, stop=stop,
+                       on_spawn=on_spawn)

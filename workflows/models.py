@@ -49,6 +49,9 @@ class StepStatus(models.TextChoices):
     COMPLETED = "completed"
     SKIPPED = "skipped"
     CANCELLED = "cancelled"
+    # Completed, then undone by its compensation when the run failed: not done any more, so a
+    # retry of the run runs it again.
+    COMPENSATED = "compensated"
 
 
 # Steps under way: started, or waiting on people. With pending ones, the open steps.
@@ -197,6 +200,16 @@ class Step(models.Model):
     compensated_at = models.DateTimeField(null=True, blank=True)
     lease_token = models.CharField(max_length=64, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Who holds the running attempt: the consumer process (host, boot, pid, start time) and
+    # the command it spawned. The sweeper reclaims a lease only once that holder is gone.
+    holder_host = models.CharField(max_length=200, blank=True)
+    holder_boot_id = models.CharField(max_length=36, blank=True)
+    holder_pid = models.PositiveIntegerField(null=True, blank=True)
+    holder_started = models.PositiveBigIntegerField(null=True, blank=True)
+    child_pid = models.PositiveIntegerField(null=True, blank=True)
+    child_pgid = models.PositiveIntegerField(null=True, blank=True)
+    # When the sweeper found the lease overdue with its holder alive (noted once an attempt).
+    overdue_noted_at = models.DateTimeField(null=True, blank=True)
     last_summary = models.TextField(blank=True)
     last_evidence = models.JSONField(default=dict, blank=True)
     last_state_patch = models.JSONField(default=dict, blank=True)
@@ -244,6 +257,48 @@ class Step(models.Model):
         if self.started_at and self.finished_at:
             return self.finished_at - self.started_at
         return None
+
+
+class CompensationStatus(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class Compensation(models.Model):
+    """Undoing one completed step of a failed run: durable work under a lease, like a step.
+
+    Rows are written in the transaction that fails the run, so a compensation cannot be lost
+    with a queue message; the sweeper recovers one whose worker died. A compensation may run
+    again after a worker was killed in the middle of it, so it must be safe to repeat.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="compensations")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="compensations")
+    order = models.PositiveIntegerField(help_text="Latest completed step first.")
+    status = models.CharField(max_length=16, choices=CompensationStatus,
+                              default=CompensationStatus.PENDING)
+    attempt = models.PositiveIntegerField(default=0)
+    lease_token = models.CharField(max_length=64, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    holder_host = models.CharField(max_length=200, blank=True)
+    holder_boot_id = models.CharField(max_length=36, blank=True)
+    holder_pid = models.PositiveIntegerField(null=True, blank=True)
+    holder_started = models.PositiveBigIntegerField(null=True, blank=True)
+    rung_at = models.DateTimeField(null=True, blank=True)
+    summary = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run_id", "order"]
+        indexes = [models.Index(fields=["status", "lease_expires_at"],
+                                condition=Q(status__in=["pending", "running"]),
+                                name="compensation_open_idx")]
+
+    def __str__(self) -> str:
+        return f"undo {self.step} ({self.status})"
 
 
 class Decision(models.TextChoices):
@@ -295,6 +350,9 @@ class CheckpointKind(models.TextChoices):
     GATE_TIMED_OUT = "gate_timed_out"
     COMPENSATED = "compensated"
     COMPENSATION_FAILED = "compensation_failed"
+    LEASE_OVERDUE = "lease_overdue", "lease overdue, holder alive"
+    LEASE_RECOVERED = "lease_recovered"
+    SWEEP_FAILED = "sweep_failed"
 
 
 class CheckpointQuerySet(models.QuerySet):
@@ -306,11 +364,12 @@ class CheckpointQuerySet(models.QuerySet):
 
 
 class Checkpoint(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    # PROTECT: the audit trail outlives any attempt to delete its run or steps.
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="checkpoints")
     seq = models.PositiveIntegerField()
     kind = models.CharField(max_length=40, choices=CheckpointKind)
     step = models.ForeignKey(
-        Step, null=True, blank=True, on_delete=models.CASCADE, related_name="checkpoints"
+        Step, null=True, blank=True, on_delete=models.PROTECT, related_name="checkpoints"
     )
     run_status = models.CharField(max_length=20, choices=RunStatus)
     step_status = models.CharField(max_length=20, choices=StepStatus, blank=True)

@@ -1,7 +1,15 @@
-"""The sweeper: finds what crashed workers and lost messages left behind."""
+"""The sweeper: finds what crashed workers and lost messages left behind.
+
+An expired lease is reclaimed only once its holder is gone. On this machine that is checked
+(the holder's boot id, pid and start time); a holder on another machine cannot be checked, so
+its lease is reclaimed only after the lease plus the kill grace, by which time a worker that
+could not renew has killed its own command (it fences itself). Each row is handled on its own:
+one that fails is logged, noted on its run once, and skipped; the others go on.
+"""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -9,34 +17,107 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from . import dispatch, engine
-from .models import Run, RunStatus, Step, StepStatus
+from . import dispatch, engine, processes
+from .models import (
+    Checkpoint,
+    CheckpointKind,
+    Compensation,
+    CompensationStatus,
+    Run,
+    RunStatus,
+    Step,
+    StepStatus,
+)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
 class SweepReport:
     expired: int = 0
+    overdue: int = 0
     rerung: int = 0
+    compensations: int = 0
+    failed: int = 0
 
 
-def expired_lease_ids(now, limit: int) -> list[int]:
+HOLDER_FIELDS = ("pk", "run_id", "lease_expires_at", "holder_host", "holder_boot_id",
+                 "holder_pid", "holder_started", "overdue_noted_at")
+
+
+def expired_leases(now, limit: int) -> list[dict]:
     """Running steps whose lease ran out; served by the partial index on live leases."""
-    return list(
-        Step.objects.filter(status=StepStatus.RUNNING, lease_expires_at__lt=now)
-        .order_by("lease_expires_at")
-        .values_list("pk", flat=True)[:limit]
-    )
+    return list(Step.objects.filter(status=StepStatus.RUNNING, lease_expires_at__lt=now)
+                .order_by("lease_expires_at").values(*HOLDER_FIELDS)[:limit])
+
+
+def holder_gone(row: dict, now) -> tuple[bool, str]:
+    """(may the lease be reclaimed now, what the holder's state is)."""
+    state = processes.holder_state(row["holder_host"], row["holder_boot_id"], row["holder_pid"],
+                                   row["holder_started"])
+    if state == processes.UNKNOWN:
+        grace = timedelta(seconds=settings.TOLLGATE_KILL_GRACE_SECONDS)
+        return row["lease_expires_at"] + grace < now, state
+    return state == processes.GONE, state
 
 
 def sweep(now=None, limit: int = 1000) -> SweepReport:
-    """Expire dead leases (retry or fail, with a checkpoint) and re-ring idle ready steps."""
+    """Reclaim dead leases (retry or fail, with a checkpoint), note overdue live ones,
+    recover compensations and re-ring idle ready steps."""
     now = now or timezone.now()
     report = SweepReport()
-    for step_id in expired_lease_ids(now, limit):
-        if engine.expire_lease(step_id):
-            report.expired += 1
+    for row in expired_leases(now, limit):
+        try:
+            gone, state = holder_gone(row, now)
+            if gone:
+                report.expired += bool(engine.expire_lease(row["pk"]))
+            elif state == processes.ALIVE and row["overdue_noted_at"] is None:
+                report.overdue += bool(engine.note_lease_overdue(row["pk"]))
+        except Exception as exc:  # one bad row must not stop the sweep for everyone
+            report.failed += 1
+            note_failure(row["run_id"], row["pk"], "reclaim its lease", exc)
+    report.compensations = recover_compensations(now, limit)
     report.rerung = rering_idle(now, limit)
     return report
+
+
+def note_failure(run_id: int, step_id: int | None, what: str, exc: Exception) -> None:
+    """Log a row the sweeper could not handle, and say so once on its run's timeline."""
+    log.exception("Sweeper could not %s (run %s, step %s)", what, run_id, step_id)
+    try:
+        if not Checkpoint.objects.filter(run_id=run_id, step_id=step_id,
+                                         kind=CheckpointKind.SWEEP_FAILED).exists():
+            engine.note_sweep_failure(run_id, step_id, f"The sweeper could not {what}: "
+                                                       f"{type(exc).__name__}: {exc}")
+    except Exception:
+        log.exception("Could not note the sweeper's failure on run %s", run_id)
+
+
+def recover_compensations(now, limit: int) -> int:
+    """Compensations whose worker died go back to pending; pending ones whose doorbell looks
+    lost are rung again."""
+    quiet = now - timedelta(seconds=2 * settings.TOLLGATE_SWEEP_SECONDS)
+    count = 0
+    expired = (Compensation.objects.filter(status=CompensationStatus.RUNNING,
+                                           lease_expires_at__lt=now)
+               .values("pk", "run_id", "lease_expires_at", "holder_host", "holder_boot_id",
+                       "holder_pid", "holder_started")[:limit])
+    for row in expired:
+        try:
+            row["overdue_noted_at"] = None
+            if holder_gone(row, now)[0] and engine.release_compensation(row["pk"]):
+                count += 1
+        except Exception as exc:
+            note_failure(row["run_id"], None, "recover a compensation", exc)
+    idle = (Compensation.objects.filter(status=CompensationStatus.PENDING)
+            .filter(Q(rung_at__isnull=True) | Q(rung_at__lt=quiet))
+            .values_list("run_id", flat=True).distinct()[:limit])
+    for run_id in list(idle):
+        Compensation.objects.filter(run_id=run_id, status=CompensationStatus.PENDING).update(
+            rung_at=now)
+        dispatch.compensate(run_id)
+        count += 1
+    return count
 
 
 def rering_idle(now, limit: int) -> int:

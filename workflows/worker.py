@@ -1,4 +1,12 @@
-"""What a Huey worker does with a doorbell: claim the step, run it under a lease, report."""
+"""What a Huey worker does with a doorbell: claim the step, run it under a lease, report.
+
+One lease keeper thread per consumer process renews the leases of every step and
+compensation the process runs. It survives database errors: it reconnects and keeps trying
+until a lease would run out, and only then fences the attempt (stops its command), so that a
+worker cut off from the database never runs on past its lease. A finished attempt's result
+is reported with retries across a dropped connection or a database restart, with its lease
+token, so a blink of the database never throws a result away.
+"""
 
 from __future__ import annotations
 
@@ -6,56 +14,140 @@ import logging
 import os
 import socket
 import threading
-from contextlib import contextmanager
+import time
+from dataclasses import dataclass, field
+from functools import partial
 
 from django.conf import settings
-from django.db import connections, transaction
-from django.utils import timezone
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
-from . import engine
+from . import engine, processes
+from .engine import compensations
 from .executors import execute
-from .models import Run, RunStatus, Step, StepStatus
+from .models import Step
 
 log = logging.getLogger(__name__)
+BLINKS = (OperationalError, InterfaceError)
 
 
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}"
 
 
-@contextmanager
-def heartbeat(step_id: int, token: str, lease_seconds: float):
-    """Renew the lease every third of its length; set the yielded event once it is lost.
+class Stop(threading.Event):
+    """Set when the attempt must stop; `reason` says why ("stopped" or "fenced")."""
 
-    A lost lease means the sweeper gave the step away or the run was cancelled: the
-    executor then stops its process.
-    """
-    lost = threading.Event()
-    done = threading.Event()
+    reason = ""
 
-    def beat() -> None:
+    def stop(self, reason: str) -> None:
+        if not self.is_set():
+            self.reason = reason
+            self.set()
+
+
+@dataclass
+class Lease:
+    token: str
+    seconds: float
+    stop: Stop
+    expires: float  # time.monotonic() when the lease runs out, as this process last renewed it
+    renew: object = None  # for compensations: renew(id, token, seconds) -> bool
+    key: tuple = field(default=())
+
+
+class LeaseKeeper:
+    """One thread per process renewing every lease the process holds, in one round trip."""
+
+    def __init__(self) -> None:
+        self.leases: dict[tuple, Lease] = {}
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.pid = os.getpid()
+
+    def hold(self, kind: str, pk: int, token: str, seconds: float, renew=None) -> Stop:
+        stop = Stop()
+        with self.lock:
+            if self.thread is None or not self.thread.is_alive() or self.pid != os.getpid():
+                self.pid = os.getpid()
+                self.thread = threading.Thread(target=self.run, name="lease-keeper",
+                                               daemon=True)
+                self.thread.start()
+            self.leases[(kind, pk)] = Lease(token, seconds, stop, time.monotonic() + seconds,
+                                            renew, (kind, pk))
+        return stop
+
+    def release(self, kind: str, pk: int) -> None:
+        with self.lock:
+            self.leases.pop((kind, pk), None)
+
+    def run(self) -> None:
+        idle = False
+        while True:
+            with self.lock:
+                held = list(self.leases.values())
+            now = time.monotonic()
+            # Renew a lease once a third of it has gone by (or sooner after a failed beat).
+            due = [lease for lease in held if now >= lease.expires - lease.seconds * 2 / 3]
+            if due:
+                self.beat(due)
+            if not held and not idle:
+                connection.close()  # hold no database connection while there is no work
+            idle = not held
+            shortest = min((lease.seconds for lease in held), default=1.0)
+            time.sleep(max(min(shortest / 10, 0.5), 0.02))
+
+    def beat(self, held: list[Lease]) -> None:
+        steps = {lease.key[1]: lease for lease in held if lease.key[0] == "step"}
+        others = [lease for lease in held if lease.key[0] != "step"]
         try:
-            while not done.wait(lease_seconds / 3):
-                if not engine.renew_lease(step_id, token, lease_seconds):
-                    lost.set()
-                    return
-        finally:
-            connections.close_all()  # this thread's own connection, if it opened one
+            now = time.monotonic()
+            seconds = max(lease.seconds for lease in held)
+            kept = engine.renew_leases({pk: lease.token for pk, lease in steps.items()},
+                                       seconds)
+            for pk, lease in steps.items():
+                if pk in kept:
+                    lease.expires = now + seconds
+                else:
+                    lease.stop.stop("stopped")  # swept, cancelled, or finished elsewhere
+            for lease in others:
+                if lease.renew(lease.key[1], lease.token, lease.seconds):
+                    lease.expires = now + lease.seconds
+                else:
+                    lease.stop.stop("stopped")
+        except DatabaseError:
+            log.warning("Could not renew %s lease(s); retrying", len(held), exc_info=True)
+            connection.close()  # this thread's; the next beat opens a fresh one
+            now = time.monotonic()
+            for lease in held:
+                if now >= lease.expires:
+                    lease.stop.stop("fenced")  # never run on past the lease
 
-    thread = threading.Thread(target=beat, name=f"heartbeat-{step_id}", daemon=True)
-    thread.start()
-    try:
-        yield lost
-    finally:
-        done.set()
-        thread.join()
+
+KEEPER = LeaseKeeper()
+
+
+def report(call, *, what: str):
+    """Make a report to the engine, retrying across database blinks for up to
+    TOLLGATE_REPORT_RETRY_SECONDS; the lease token makes a repeated report harmless."""
+    deadline = time.monotonic() + settings.TOLLGATE_REPORT_RETRY_SECONDS
+    delay = 0.05
+    while True:
+        try:
+            return call()
+        except BLINKS:
+            if time.monotonic() >= deadline:
+                raise
+            log.warning("Database unavailable reporting %s; retrying in %.2fs", what, delay)
+            connection.close()
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 def run_step(step_id: int) -> str:
     """Claim and execute one step; returns what happened, for logs and tests."""
     owner = worker_name()
     try:
-        step = engine.claim_step(step_id, owner=owner,
+        step = engine.claim_step(step_id, owner=owner, holder=processes.this_process(),
                                  lease_seconds=settings.TOLLGATE_LEASE_SECONDS)
     except engine.NotFound:
         return "missing"
@@ -69,44 +161,60 @@ def run_step(step_id: int) -> str:
 def _execute(step: Step, owner: str) -> str:
     """Run a claimed step under its lease and report the outcome with the lease token."""
     context = {"run_id": step.run_id, "step_key": step.key, "attempt": step.attempt}
-    with heartbeat(step.pk, step.lease_token, settings.TOLLGATE_LEASE_SECONDS) as lost:
-        outcome = execute(step.config["run"], context=context,
-                          shared_state=step.run.shared_state, stop=lost)
-    actor = f"worker {owner}"
-    if outcome.ok:
-        checkpoint = engine.complete_step(
-            step.run_id, step.key, actor=actor, summary=outcome.summary,
-            evidence=outcome.evidence, state_patch=outcome.state_patch,
-            lease_token=step.lease_token)
-    else:
-        checkpoint = engine.fail_step(
-            step.run_id, step.key, actor=actor, summary=outcome.summary,
-            evidence=outcome.evidence, lease_token=step.lease_token,
-            retryable=outcome.retryable)
+    token = step.lease_token
+    stop = KEEPER.hold("step", step.pk, token, settings.TOLLGATE_LEASE_SECONDS)
+
+    def spawned(pid: int, pgid: int) -> None:
+        try:
+            engine.record_child(step.pk, token, pid, pgid)
+        except DatabaseError:
+            connection.close()  # shown on the page only; the result carries it too
+
+    try:
+        outcome = execute(step.config["run"], context=context, shared_state=step.run.shared_state,
+                          stop=stop, on_spawn=spawned)
+        checkpoint = _report_outcome(step, token, f"worker {owner}", outcome)
+    finally:
+        KEEPER.release("step", step.pk)
     return checkpoint.kind
 
 
+def _report_outcome(step: Step, token: str, actor: str, outcome):
+    common = {"actor": actor, "summary": outcome.summary, "evidence": outcome.evidence,
+              "lease_token": token}
+    if outcome.ok:
+        report_call = partial(engine.complete_step, step.run_id, step.key,
+                              state_patch=outcome.state_patch, **common)
+    else:
+        report_call = partial(engine.fail_step, step.run_id, step.key,
+                              retryable=outcome.retryable, **common)
+    try:
+        return report(report_call, what=f"step {step.pk}")
+    except engine.InvalidInput as exc:  # e.g. a state patch the database cannot store
+        common["summary"] = f"Result refused: {exc}"
+        return report(partial(engine.fail_step, step.run_id, step.key, retryable=False,
+                              **common), what=f"step {step.pk}")
+
+
 def compensate_run(run_id: int) -> list[str]:
-    """Run the compensation of each completed step of a failed run, latest completion first."""
+    """Run the failed run's compensations one at a time, latest completed step first."""
     done = []
-    steps = (Step.objects.filter(run_id=run_id, status=StepStatus.COMPLETED,
-                                 compensation__isnull=False, compensated_at__isnull=True)
-             .order_by("-finished_at", "-index"))
-    for step in steps:
-        with transaction.atomic():
-            # Claim first so that a duplicate message cannot run it twice.
-            claimed = Step.objects.filter(pk=step.pk, compensated_at__isnull=True).update(
-                compensated_at=timezone.now())
-        if not claimed:
-            continue
-        run = Run.objects.only("shared_state", "status").get(pk=run_id)
-        if run.status != RunStatus.FAILED:
-            Step.objects.filter(pk=step.pk).update(compensated_at=None)
-            break  # retried meanwhile: no longer ours to undo
-        context = {"run_id": run_id, "step_key": step.key, "attempt": step.attempt}
-        outcome = execute(step.compensation, context=context, shared_state=run.shared_state,
-                          stop=threading.Event())
-        engine.record_compensation(run_id, step.key, ok=outcome.ok, summary=outcome.summary,
-                                   evidence=outcome.evidence)
-        done.append(step.key)
-    return done
+    while True:
+        row = compensations.claim(run_id, owner=worker_name(), holder=processes.this_process(),
+                                  lease_seconds=settings.TOLLGATE_LEASE_SECONDS)
+        if row is None:
+            return done
+        stop = KEEPER.hold("compensation", row.pk, row.lease_token,
+                           settings.TOLLGATE_LEASE_SECONDS, renew=compensations.renew)
+        try:
+            context = {"run_id": run_id, "step_key": row.step.key, "attempt": row.attempt,
+                       "compensating": True}
+            outcome = execute(row.step.compensation, context=context,
+                              shared_state=row.run.shared_state, stop=stop)
+            report(partial(compensations.finish, row.pk, row.lease_token, ok=outcome.ok,
+                           summary=outcome.summary, evidence=outcome.evidence),
+                   what=f"compensation {row.pk}")
+        finally:
+            KEEPER.release("compensation", row.pk)
+        done.append(row.step.key)
+

@@ -9,12 +9,14 @@ must follow a commit (ringing the queue, compensation, mail) is announced with t
 
 Modules: `errors`, `rules` (settled, ready, run status, next move: shared by Python and SQL),
 `rows` (locking and frontier rows), `moves` (what a transition does to a step), `commit`,
-`runs`, `steps` (work steps and leases), `gates` (approvals and deadlines).
+`runs`, `steps` (work steps and leases), `gates` (approvals and deadlines), `compensations`.
 """
 
+from . import compensations
 from .commit import Announcement, mark_rung, transition_committed
 from .errors import IllegalTransition, InvalidInput, NotFound, NotPermitted, WorkflowError
 from .gates import approve, expire_gate, reject
+from .moves import require_operator
 from .rules import RUN_HAS_HARD_FAILURE, next_move, ready_filter, ready_steps, retry_delay
 from .runs import Opened, cancel_run, open_run
 from .steps import (
@@ -23,19 +25,25 @@ from .steps import (
     complete_step,
     expire_lease,
     fail_step,
-    record_compensation,
+    note_lease_overdue,
+    note_sweep_failure,
+    record_child,
     record_transition,
     renew_lease,
+    renew_leases,
     retry_step,
     skip_step,
     start_step,
 )
 
+release_compensation = compensations.release
+
 __all__ = [
     "AGENT_STATUSES", "RUN_HAS_HARD_FAILURE", "Announcement", "IllegalTransition",
     "InvalidInput", "NotFound", "NotPermitted", "Opened", "WorkflowError", "approve",
     "cancel_run", "claim_step", "complete_step", "expire_gate", "expire_lease", "fail_step",
-    "mark_rung", "next_move", "open_run", "ready_filter", "ready_steps", "record_compensation",
-    "record_transition", "reject", "renew_lease", "retry_delay", "retry_step", "skip_step",
-    "start_step", "transition_committed",
+    "compensations", "mark_rung", "next_move", "note_lease_overdue", "note_sweep_failure",
+    "open_run", "ready_filter", "ready_steps", "record_child", "record_transition", "reject",
+    "release_compensation", "renew_lease", "renew_leases", "require_operator", "retry_delay",
+    "retry_step", "skip_step", "start_step", "transition_committed",
 ]

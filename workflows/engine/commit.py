@@ -14,7 +14,7 @@ from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
-from ..models import Checkpoint, Run, RunStatus, Step, StepKind, StepStatus
+from ..models import Checkpoint, Compensation, Run, RunStatus, Step, StepKind, StepStatus
 from .moves import close_gate, open_gate
 from .rows import (
     RUN_COLUMNS,
@@ -89,7 +89,9 @@ def _open_gates(run: Run, frontier, failed, now) -> list:
 
 
 def _settle_run(run: Run, frontier, step: Step | None, now) -> list:
-    """Derive the run's status, times and next action; returns gates a failure closed."""
+    """Derive the run's status, times and next action; returns gates a failure closed.
+    A run that fails here owes the compensations of its completed steps."""
+    previous_status = run.status
     busy = any(s.status != StepStatus.PENDING for s in frontier)
     # The ready step to name: the first not yet rung, else (ready steps already rung are
     # not in the frontier) the first one at all, looked up when nothing else is open.
@@ -111,6 +113,8 @@ def _settle_run(run: Run, frontier, step: Step | None, now) -> list:
                 gate.waiting_since = None
                 close_gate(gate)
                 reopened.append(gate)
+    if run.status == RunStatus.FAILED and previous_status != RunStatus.FAILED:
+        _plan_compensations(run, now)
     if run.is_terminal:
         run.finished_at = run.finished_at or now
     else:
@@ -120,6 +124,22 @@ def _settle_run(run: Run, frontier, step: Step | None, now) -> list:
         run.started_at = now
     run.current_step, run.next_action = next_action(frontier, ready)
     return reopened
+
+
+def _plan_compensations(run: Run, now) -> int:
+    """Rows for the compensations a run that just failed owes (in its transaction)."""
+    steps = list(Step.objects.filter(run=run, status=StepStatus.COMPLETED,
+                                     compensation__isnull=False, compensated_at__isnull=True)
+                 .order_by("-finished_at", "-index").values_list("pk", flat=True))
+    if not steps:
+        return 0
+    first = (Compensation.objects.filter(run=run).order_by("-order")
+             .values_list("order", flat=True).first() or 0) + 1
+    Compensation.objects.bulk_create(
+        Compensation(run=run, step_id=step_id, order=first + i, created_at=now)
+        for i, step_id in enumerate(steps))
+    Step.objects.filter(pk__in=steps).update(compensated_at=now)  # planned: never twice
+    return len(steps)
 
 
 def _append_checkpoint(run, kind, actor, step, summary, evidence, state_patch, now):

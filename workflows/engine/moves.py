@@ -61,9 +61,13 @@ def fail_for_good(run: Run, step: Step, now, summary: str, error: str = "") -> N
 
 
 def clear_lease(step: Step) -> None:
+    """The attempt is over: its lease and holder go (the checkpoints keep them)."""
     step.lease_owner = ""
     step.lease_token = ""
     step.lease_expires_at = None
+    step.holder_host = step.holder_boot_id = ""
+    step.holder_pid = step.holder_started = step.child_pid = step.child_pgid = None
+    step.overdue_noted_at = None
 
 
 def open_gate(gate, now) -> None:

@@ -7,11 +7,13 @@ import uuid
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from .. import permissions
 from ..models import Checkpoint, CheckpointKind, Run, RunStatus, Step, StepKind, StepStatus
 from .commit import commit
+from .compensations import under_way
 from .errors import IllegalTransition, InvalidInput, NotFound, NotPermitted
 from .moves import (
     begin_attempt,
@@ -24,7 +26,7 @@ from .moves import (
     require_open,
     require_operator,
 )
-from .rows import lock_run, locked_by_step_id, step_of
+from .rows import load_step, lock_run, locked_by_step_id, step_of
 from .rules import may_start, retry_delay
 
 
@@ -35,15 +37,17 @@ def start_step(run, key: str, *, actor=None, owner: str = "", lease_seconds=None
         return _start(run, step_of(run, key), actor, owner, lease_seconds)
 
 
-def claim_step(step_id: int, *, owner: str, lease_seconds: float) -> Step:
-    """A worker starts the step it was rung for, under a lease (see start_step)."""
+def claim_step(step_id: int, *, owner: str, lease_seconds: float, holder=None) -> Step:
+    """A worker starts the step it was rung for, under a lease (see start_step). `holder`
+    (a `processes.Holder`) is the consumer process, recorded so the sweeper can tell
+    whether it still lives."""
     with locked_by_step_id(step_id) as (run, step):
         if step is None:
             raise NotFound(f"Step {step_id} does not exist.")
-        return _start(run, step, f"worker {owner}", owner, lease_seconds)
+        return _start(run, step, f"worker {owner}", owner, lease_seconds, holder)
 
 
-def _start(run: Run, step: Step, actor, owner: str, lease_seconds) -> Step:
+def _start(run: Run, step: Step, actor, owner: str, lease_seconds, holder=None) -> Step:
     key = step.key
     require_open(run, f"start {key}")
     if step.kind == StepKind.APPROVAL:
@@ -56,14 +60,19 @@ def _start(run: Run, step: Step, actor, owner: str, lease_seconds) -> Step:
             raise IllegalTransition(f"{key} is waiting on its dependencies.")
         raise IllegalTransition(f"Cannot start {key}: it is {step.status}.")
     begin_attempt(step, now)
+    evidence = {"attempt": step.attempt}
     if lease_seconds:
         step.lease_owner = owner[:200]
         step.lease_token = uuid.uuid4().hex
         step.lease_expires_at = now + timedelta(seconds=lease_seconds)
+        evidence["owner"] = owner
+    if holder is not None:
+        step.holder_host, step.holder_boot_id = holder.host[:200], holder.boot_id
+        step.holder_pid, step.holder_started = holder.pid, holder.started
+        evidence["holder"] = holder.as_dict()
     commit(run, CheckpointKind.STEP_STARTED, actor=actor, step=step,
            summary=f"Attempt {step.attempt}" + (f" on {owner}" if owner else ""),
-            evidence={"attempt": step.attempt, "owner": owner} if owner else
-            {"attempt": step.attempt})
+           evidence=evidence)
     return step
 
 
@@ -155,6 +164,14 @@ def retry_step(run, key: str, *, actor=None) -> Checkpoint:
         if step.status != StepStatus.FAILED:
             raise IllegalTransition(f"Cannot retry {key}: it is {step.status}; "
                                     "only a failed step can be retried.")
+        if under_way(run):
+            raise IllegalTransition(f"Cannot retry {key}: the compensation of run {run.pk} is "
+                                    "still under way; retry once it has finished.")
+        # What compensation undid is not done any more: it runs again.
+        redo = Step.objects.filter(run=run, status=StepStatus.COMPENSATED)
+        redone = list(redo.values_list("key", flat=True))
+        redo.update(status=StepStatus.PENDING, compensated_at=None, rung_at=None,
+                    finished_at=None, attempt_base=F("attempt"), updated_at=timezone.now())
         step.finished_at = None
         step.retry_after = None
         if step.kind == StepKind.APPROVAL:
@@ -167,7 +184,10 @@ def retry_step(run, key: str, *, actor=None) -> Checkpoint:
             step.attempt_base = step.attempt  # a fresh window of automatic retries
             step.rung_at = None
         return commit(run, CheckpointKind.STEP_RETRIED, actor=actor, step=step,
-                      summary=f"Retry of {step.title} requested")
+                      summary=f"Retry of {step.title} requested"
+                              + (f"; {', '.join(redone)} run again (compensated)"
+                                 if redone else ""),
+                      evidence={"rerun_compensated": redone} if redone else None)
 
 
 def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
@@ -257,34 +277,72 @@ def record_transition(run, key: str, *, actor=None, step_status: str | None = No
                       evidence=evidence, state_patch=patch)
 
 
+def renew_leases(leases: dict[int, str], seconds: float) -> set[int]:
+    """Extend the live leases among {step id: token}; returns the ids still held. One
+    round trip for every step a consumer process runs."""
+    if not leases:
+        return set()
+    held = Q()
+    for step_id, token in leases.items():
+        held |= Q(pk=step_id, lease_token=token)
+    steps = Step.objects.filter(held, status=StepStatus.RUNNING)
+    renewed = set(steps.values_list("pk", flat=True))
+    if renewed:
+        Step.objects.filter(pk__in=renewed).update(
+            lease_expires_at=timezone.now() + timedelta(seconds=seconds), overdue_noted_at=None)
+    return renewed
+
+
 def renew_lease(step_id: int, token: str, seconds: float) -> bool:
-    """Extend a live lease; False when the step is no longer running under this token."""
-    return bool(
-        Step.objects.filter(pk=step_id, lease_token=token, status=StepStatus.RUNNING).update(
-            lease_expires_at=timezone.now() + timedelta(seconds=seconds)
-        )
-    )
+    """Extend one live lease; False when the step is no longer running under this token."""
+    return step_id in renew_leases({step_id: token}, seconds)
 
 
-def expire_lease(step_id: int) -> Checkpoint | None:
-    """The sweeper's move: a running step whose lease ran out retries or fails."""
+def record_child(step_id: int, token: str, pid: int, pgid: int) -> bool:
+    """Note the command a running attempt spawned (shown on the run page while it runs)."""
+    return bool(Step.objects.filter(pk=step_id, lease_token=token, status=StepStatus.RUNNING)
+                .update(child_pid=pid, child_pgid=pgid))
+
+
+def _overdue(step, now) -> bool:
+    return (step is not None and step.status == StepStatus.RUNNING
+            and step.lease_expires_at is not None and step.lease_expires_at <= now)
+
+
+def expire_lease(step_id: int, *, actor=None, why: str = "") -> Checkpoint | None:
+    """Reclaim a running step whose lease ran out and whose holder is gone (the caller has
+    checked): it retries or fails as its policy says."""
+    require_operator(actor, "recover runs")
     with locked_by_step_id(step_id) as (run, step):
         now = timezone.now()
-        if (step is None or step.status != StepStatus.RUNNING or step.lease_expires_at is None
-                or step.lease_expires_at > now):
+        if not _overdue(step, now):
             return None  # renewed, finished or already swept
         owner = step.lease_owner
-        return _fail(run, step, f"sweeper ({owner})" if owner else "sweeper",
-                     f"Lease of {owner or 'its worker'} expired; the worker is presumed dead",
-                     {"lease_owner": owner, "expired_at": step.lease_expires_at.isoformat()})
+        evidence = {"lease_owner": owner, "expired_at": step.lease_expires_at.isoformat(),
+                    "holder": {"host": step.holder_host, "pid": step.holder_pid},
+                    "child": {"pid": step.child_pid, "pgid": step.child_pgid}}
+        return _fail(run, step, actor or (f"sweeper ({owner})" if owner else "sweeper"),
+                     why or f"Lease of {owner or 'its worker'} expired; the worker is gone",
+                     evidence)
 
 
-def record_compensation(run, key: str, *, ok: bool, summary: str = "",
-                       evidence=None) -> Checkpoint:
-    """Put a compensation's outcome on the failed run's timeline; no status changes."""
+def note_lease_overdue(step_id: int) -> Checkpoint | None:
+    """The lease ran out but its holder still lives (slow, frozen or cut off from the
+    database): say so once on the timeline, and wait."""
+    with locked_by_step_id(step_id) as (run, step):
+        if not _overdue(step, timezone.now()) or step.overdue_noted_at is not None:
+            return None
+        step.overdue_noted_at = timezone.now()
+        return commit(run, CheckpointKind.LEASE_OVERDUE, actor="sweeper", step=step,
+                      summary=f"Lease overdue, holder alive ({step.holder_host} pid "
+                              f"{step.holder_pid}); waiting for it",
+                      evidence={"expired_at": step.lease_expires_at.isoformat()})
+
+
+def note_sweep_failure(run_id: int, step_id: int | None, summary: str) -> Checkpoint:
+    """Put on a run's timeline that the sweeper could not handle one of its rows."""
     with transaction.atomic():
-        run = lock_run(run)
-        step = step_of(run, key)
-        kind = CheckpointKind.COMPENSATED if ok else CheckpointKind.COMPENSATION_FAILED
-        return commit(run, kind, actor=None, step=step, evidence=evidence,
-                      summary=f"Compensation of {step.title}: {summary}")
+        run = lock_run(run_id)
+        step = load_step(run, pk=step_id) if step_id else None
+        return commit(run, CheckpointKind.SWEEP_FAILED, actor="sweeper", step=step,
+                      summary=summary[:2000])
