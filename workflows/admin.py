@@ -92,7 +92,7 @@ class ReadOnlyInline(admin.TabularInline):
 class StepInline(ReadOnlyInline):
     model = Step
     fields = ["index", "key", "kind", "status", "attempt", "approval_group", "lease_owner",
-              "lease_expires_at", "last_summary"]
+              "lease_expires_at", "holder_host", "holder_pid", "child_pid", "last_summary"]
     readonly_fields = fields
 
 
@@ -132,6 +132,14 @@ class RunAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def delete_view(self, request, object_id, extra_context=None):
+        from django.shortcuts import redirect
+
+        self.message_user(request, "Runs are never deleted: their checkpoints are the audit "
+                                   "trail, and the database protects them. Cancel the run "
+                                   "instead.", messages.ERROR)
+        return redirect("admin:workflows_run_change", object_id)
 
 
 @admin.register(Approval)

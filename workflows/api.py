@@ -15,6 +15,7 @@ from tollgate.query import MAX_ID
 
 from . import engine, selectors
 from .models import Checkpoint, Run, RunStatus, StepStatus
+from .recovery import recover_run
 from .selectors import resume_state
 from .specs import SpecError, store_spec
 
@@ -251,3 +252,22 @@ def retry(request, run_id: Id, key: Key):
 def skip(request, run_id: Id, key: Key, payload: SkipIn):
     engine.skip_step(get_run(run_id), key, actor=request.user, reason=payload.reason)
     return fresh_run(run_id)
+
+
+class VerdictOut(Schema):
+    step: str
+    holder: str
+    action: str
+
+
+class RecoverOut(Schema):
+    checked: list[VerdictOut]
+    run: RunOut
+
+
+@router.post("/runs/{run_id}/recover", response={200: RecoverOut, 400: Error, 401: Error,
+                                                 403: Error, 404: Error, 409: Error},
+             summary="Check each running step now and reclaim those whose worker is gone")
+def recover(request, run_id: Id):
+    verdicts = recover_run(get_run(run_id), actor=request.user)
+    return {"checked": [vars(v) for v in verdicts], "run": fresh_run(run_id)}

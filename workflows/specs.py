@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 from pathlib import Path
 
 from django.conf import settings
@@ -39,6 +41,19 @@ def _unknown(where: str, data: dict, allowed: set[str]) -> None:
         _fail(where, f"unknown field {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
 
 
+# Sane maxima, all finite: a spec can ask for a lot, never for what overflows a date or a column.
+LIMITS = {
+    "max_retries": 100,
+    "retry_backoff_seconds": 86400,
+    "retry_backoff_max_seconds": 7 * 86400,
+    "timeout_seconds": 30 * 86400,
+    "required": 100,
+}
+KEY_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+# The lengths the database stores.
+TEXT_LIMITS = {"title": 200, "group": 150, "escalate_to": 150, "description": 10000}
+
+
 def _number(where: str, data: dict, field: str, *, integer: bool = False, positive=False):
     if field not in data:
         return
@@ -46,10 +61,19 @@ def _number(where: str, data: dict, field: str, *, integer: bool = False, positi
     kinds = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds):
         _fail(where, f"{field} must be {'an integer' if integer else 'a number'}, got {value!r}")
+    if not math.isfinite(value):
+        _fail(where, f"{field} must be a finite number, got {value}")
     if value < 0:
         _fail(where, f"{field} must not be negative, got {value}")
     if positive and value == 0:
         _fail(where, f"{field} must be greater than 0")
+    if value > LIMITS[field]:
+        _fail(where, f"{field} must be at most {LIMITS[field]}, got {value}")
+
+
+def _text(where: str, data: dict, field: str) -> None:
+    if field in data and isinstance(data[field], str) and len(data[field]) > TEXT_LIMITS[field]:
+        _fail(where, f"{field} is longer than {TEXT_LIMITS[field]} characters")
 
 
 def callable_allowed(path: str) -> bool:
@@ -119,6 +143,9 @@ def _validate_approval(where: str, approval) -> dict:
     required = approval.get("required", 1)
     if isinstance(required, bool) or not isinstance(required, int) or required < 1:
         _fail(where, f"required must be an integer of at least 1, got {required!r}")
+    _number(where, approval, "required", integer=True)
+    _text(where, approval, "group")
+    _text(where, approval, "escalate_to")
     if not isinstance(approval.get("allow_self_approval", False), bool):
         _fail(where, "allow_self_approval must be true or false")
     _number(where, approval, "timeout_seconds", positive=True)
@@ -138,7 +165,11 @@ def _validate_step(index: int, step) -> dict:
     key = step.get("key")
     if not isinstance(key, str) or not key.strip():
         _fail(f"step {index + 1}", "missing key")
+    if not KEY_PATTERN.match(key):
+        _fail(f"step {key[:100]!r}", "key must be 1 to 100 letters, digits, '-', '_' or '.'")
     where = f"step {key!r}"
+    _text(where, step, "title")
+    _text(where, step, "description")
     _unknown(where, step, STEP_FIELDS)
     if ("run" in step) == ("approval" in step):
         _fail(where, "needs exactly one of run or approval"

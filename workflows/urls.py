@@ -9,5 +9,6 @@ urlpatterns = [
     path("profile/tokens/<int:pk>/revoke/", views.token_revoke, name="token_revoke"),
     path("runs/<int:pk>/", views.run_detail, name="run_detail"),
     path("runs/<int:pk>/cancel/", views.run_cancel, name="run_cancel"),
+    path("runs/<int:pk>/recover/", views.run_recover, name="run_recover"),
     path("runs/<int:pk>/steps/<str:key>/<str:action>/", views.step_action, name="step_action"),
 ]

@@ -10,6 +10,7 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -17,8 +18,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from tollgate.query import int_param
 
 from . import engine, selectors
-from .models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, WorkflowSpec
+from .models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, StepStatus, WorkflowSpec
 from .permissions import can_cancel, can_decide, can_operate, can_retry, decidable_by
+from .recovery import recover_run
 
 
 def _dag_order(steps: list) -> list:
@@ -59,7 +61,10 @@ def run_context(request, run_id: int) -> dict:
     attempts = {s.pk: s.attempt for s in steps}
     decided = {a.step_id for a in approvals
                if a.user_id == user.pk and a.attempt == attempts[a.step_id]}
+    now = timezone.now()
     for step in steps:
+        step.looks_stuck = (step.status == StepStatus.RUNNING and step.lease_expires_at is not None
+                            and step.lease_expires_at < now)
         step.decisions = by_step.get(step.pk, [])
         step.can_decide = can_decide(user, run, step, decided)
         step.can_retry = can_retry(user, run, step)
@@ -68,6 +73,7 @@ def run_context(request, run_id: int) -> dict:
         "steps": _dag_order(steps),
         "checkpoints": checkpoints,
         "can_cancel": can_cancel(user, run),
+        "can_recover": can_operate(user) and any(step.looks_stuck for step in steps),
         "earlier_checkpoints": first_seq - 1,
         "is_open": run.status in OPEN_RUN_STATUSES,
     }
@@ -176,6 +182,17 @@ def run_cancel(request, pk: int):
     except engine.WorkflowError as exc:
         return _respond(request, run.pk, error=exc)
     return _respond(request, run.pk, done="Run cancelled.")
+
+
+@require_POST
+def run_recover(request, pk: int):
+    run = get_object_or_404(Run, pk=pk)
+    try:
+        verdicts = recover_run(run, actor=request.user)
+    except engine.WorkflowError as exc:
+        return _respond(request, run.pk, error=exc)
+    done = "; ".join(f"{v.step}: {v.action}" for v in verdicts) or "No step is running."
+    return _respond(request, run.pk, done=done)
 
 
 @never_cache  # the page shows a new token once: no cache may keep it

@@ -9,6 +9,7 @@ from ..models import Run, Step, StepStatus
 from ..values import BadValue, check_json
 from .errors import IllegalTransition, InvalidInput, NotPermitted
 from .rows import actor_of
+from .rules import MAX_DELAY_SECONDS
 
 
 def require_operator(actor, action: str) -> None:
@@ -79,7 +80,8 @@ def open_gate(gate, now) -> None:
     gate.attempt = max(gate.attempt, 1)
     gate.waiting_since = now
     timeout = approval.get("timeout_seconds")
-    gate.deadline_at = now + timedelta(seconds=timeout) if timeout else None
+    gate.deadline_at = now + timedelta(seconds=min(timeout, MAX_DELAY_SECONDS * 5)) if (
+        timeout) else None
 
 
 def close_gate(gate) -> None:

@@ -121,11 +121,14 @@ def next_action(steps, ready=None) -> tuple[str, str]:
     }[move]
 
 
+MAX_DELAY_SECONDS = 7 * 86400  # what spec validation allows; older rows are held to it too
+
+
 def retry_delay(step, retry_number: int) -> float:
     """Seconds before automatic retry number `retry_number` (1-based) of a step."""
-    base = step.retry_backoff_seconds
+    base = min(float(step.retry_backoff_seconds), MAX_DELAY_SECONDS)
     if step.config.get("retry_backoff") == "exponential":
-        cap = float(step.config.get("retry_backoff_max_seconds", 300))
-        ceiling = min(cap, base * 2 ** (retry_number - 1))
+        cap = min(float(step.config.get("retry_backoff_max_seconds", 300)), MAX_DELAY_SECONDS)
+        ceiling = min(cap, base * 2.0 ** min(retry_number - 1, 64))
         return random.uniform(ceiling / 2, ceiling)  # jitter spreads a burst of retries
     return base

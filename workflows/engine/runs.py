@@ -73,10 +73,11 @@ def open_run(
     if goal is not None and goal.is_closed:
         raise IllegalTransition(f"Goal {goal.pk} ({goal.title}) is {goal.status}; "
                                 "runs cannot be opened under a closed goal.")
+    request = {"spec": spec, "goal": goal, "title": title, "shared_state": shared_state or {}}
     if idempotency_key:
         existing = _open_run_with_key(spec.name, idempotency_key)
         if existing:
-            return Opened(existing, True)
+            return _reused(existing, idempotency_key, request)
     user, _ = actor_of(actor)
     try:
         with transaction.atomic():
@@ -98,8 +99,28 @@ def open_run(
         existing = _open_run_with_key(spec.name, idempotency_key) if idempotency_key else None
         if existing is None:
             raise
-        return Opened(existing, True)
+        return _reused(existing, idempotency_key, request)
     return Opened(run, False)
+
+
+def _reused(existing: Run, key: str, request: dict) -> Opened:
+    """The open run a key already names, if this request is the same one; else 409."""
+    spec, goal = request["spec"], request["goal"]
+    differs = []
+    if existing.spec_name != spec.name:
+        differs.append(f"spec ({existing.spec_name}, not {spec.name})")
+    if existing.goal_id != (goal.pk if goal else None):
+        differs.append(f"goal ({existing.goal_id or 'none'}, not {goal.pk if goal else 'none'})")
+    if request["title"] and existing.title != request["title"]:
+        differs.append(f"title ({existing.title!r}, not {request['title']!r})")
+    opened_with = (Checkpoint.objects.filter(run=existing, seq=1)
+                   .values_list("state_patch", flat=True).first() or {})
+    if opened_with != request["shared_state"]:
+        differs.append("shared_state")
+    if differs:
+        raise IllegalTransition(f"Idempotency key {key!r} is already used by open run "
+                                f"{existing.pk} with a different {'; '.join(differs)}.")
+    return Opened(existing, True)
 
 
 def _new_steps(run: Run, items: list[dict]) -> list[Step]:
@@ -132,9 +153,9 @@ def _new_steps(run: Run, items: list[dict]) -> list[Step]:
 
 
 def _open_run_with_key(spec_name: str, key: str) -> Run | None:
-    return Run.objects.filter(
-        spec_name=spec_name, idempotency_key=key, status__in=OPEN_RUN_STATUSES
-    ).first()
+    """The open run holding this key: of this spec first, else of any other spec."""
+    runs = Run.objects.filter(idempotency_key=key, status__in=OPEN_RUN_STATUSES)
+    return runs.filter(spec_name=spec_name).first() or runs.first()
 
 
 def cancel_run(run, *, actor=None, reason: str = "") -> Checkpoint | None:

@@ -1,0 +1,186 @@
+"""One live attempt per step, with real consumer processes: who holds a step, what happens to
+its command when the consumer dies, freezes or loses the database, and how it is recovered."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from workflows import engine, processes, sweeper
+from workflows.models import Checkpoint, Compensation, Run, Step
+from workflows.recovery import recover_run
+from workflows.specs import store_spec
+
+from ..conftest import make_user
+from ..support.attempts import logged_shell, overlaps, ran_to_the_end
+from .consumers import wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.consumer]
+
+
+def alive(pid: int) -> bool:
+    return processes.start_time(pid) is not None
+
+
+def running_step(run, key="work") -> Step:
+    return wait_for(lambda: Step.objects.filter(run=run, key=key, status="running",
+                                                child_pid__isnull=False).first(),
+                    20, 0.05, what=f"{key} to run its command")
+
+
+def one_step(name, shell, **step):
+    return store_spec({"name": name, "steps": [
+        {"key": "work", "run": {"shell": shell}, **step}]})[0]
+
+
+def finished(run) -> str | None:
+    status = Run.objects.get(pk=run.pk).status
+    return status if status in ("completed", "failed", "cancelled") else None
+
+
+def test_the_step_row_names_its_holder_and_command(consumers):
+    consumer = consumers(workers=1)
+    run = engine.open_run(one_step("identity", "sleep 1.5")).run
+    step = running_step(run)
+    assert step.holder_pid == consumer.proc.pid
+    assert step.holder_boot_id == processes.boot_id() and step.holder_host
+    assert step.holder_started == processes.start_time(consumer.proc.pid)
+    assert step.child_pgid == step.child_pid and alive(step.child_pid)
+    started = Checkpoint.objects.get(run=run, kind="step_started")
+    assert started.evidence["holder"]["pid"] == consumer.proc.pid
+    wait_for(lambda: finished(run), 20, what="the run to finish")
+    done = Step.objects.get(pk=step.pk)
+    assert done.last_evidence["exit_code"] == 0 and done.last_evidence["pid"] == step.child_pid
+    assert done.holder_pid is None and done.child_pid is None  # shown only while running
+
+
+def test_a_killed_consumer_takes_its_command_with_it_within_a_second(consumers, tmp_path):
+    consumer = consumers(workers=1, TOLLGATE_LEASE_SECONDS="30")
+    run = engine.open_run(one_step("orphan", "sleep 25", max_retries=1)).run
+    step = running_step(run)
+    consumer.kill()
+    killed_at = time.monotonic()
+    wait_for(lambda: not alive(step.child_pid), 3, 0.02, what="the command to die")
+    assert time.monotonic() - killed_at < 1.0
+
+
+def test_grandchildren_end_with_their_step_and_cannot_hold_it_open(consumers, tmp_path):
+    pid_file = tmp_path / "grandchild"
+    consumers(workers=1)
+    # The grandchild keeps stdout open and outlives the command it was started by.
+    run = engine.open_run(one_step("grandchild", f"sleep 60 & echo $! > {pid_file}; echo hi")
+                          ).run
+    started = time.monotonic()
+    assert wait_for(lambda: finished(run), 20, what="the run to finish") == "completed"
+    assert time.monotonic() - started < 10
+    grandchild = int(pid_file.read_text())
+    wait_for(lambda: not alive(grandchild), 5, 0.05, what="the grandchild to die")
+    assert Step.objects.get(run=run).last_evidence["stdout"] == "hi\n"
+
+
+def test_a_frozen_consumer_keeps_its_step_and_no_second_attempt_starts(consumers, tmp_path):
+    log = tmp_path / "attempts.log"
+    frozen = consumers(workers=1)
+    run = engine.open_run(one_step("frozen", logged_shell(log, 3), max_retries=1)).run
+    running_step(run)
+    consumers(workers=1)  # a healthy consumer, with its own sweeper, stands by
+    os.kill(frozen.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(4)  # twice the lease
+        sweeper.sweep()
+        step = Step.objects.get(run=run)
+        assert step.status == "running" and step.attempt == 1
+        notes = Checkpoint.objects.filter(run=run, kind="lease_overdue")
+        assert notes.count() == 1 and "holder alive" in notes.get().get_kind_display()
+    finally:
+        os.kill(frozen.proc.pid, signal.SIGCONT)
+    assert wait_for(lambda: finished(run), 20, what="the run to finish") == "completed"
+    assert Step.objects.get(run=run).attempt == 1
+    assert overlaps(log) == [] and list(ran_to_the_end(log).values()) == [1]
+
+
+def test_a_dead_holder_is_reclaimed_and_attempts_never_overlap(consumers, tmp_path):
+    log = tmp_path / "attempts.log"
+    first = consumers(workers=1)
+    run = engine.open_run(one_step("dead", logged_shell(log, 2), max_retries=2)).run
+    running_step(run)
+    time.sleep(0.5)
+    first.kill()
+    consumers(workers=1)
+    assert wait_for(lambda: finished(run), 30, what="the run to finish") == "completed"
+    step = Step.objects.get(run=run)
+    assert step.attempt == 2 and overlaps(log) == []
+    assert Checkpoint.objects.filter(run=run, kind="step_retrying").exists()
+
+
+def test_recover_reclaims_a_dead_holder_at_once(consumers, tmp_path, people):
+    consumer = consumers(workers=1, TOLLGATE_LEASE_SECONDS="300")
+    run = engine.open_run(one_step("recover", "sleep 30", max_retries=1)).run
+    step = running_step(run)
+    consumer.kill()
+    with pytest.raises(engine.NotPermitted):
+        recover_run(run, actor=people["bob"])
+    out = io.StringIO()
+    call_command("recover", str(run.pk), stdout=out)
+    assert "work: holder gone" in out.getvalue()
+    assert Step.objects.get(pk=step.pk).status == "retrying"
+    assert Checkpoint.objects.filter(run=run, kind="step_retrying",
+                                     summary__startswith="Recovered").exists()
+
+
+def test_recover_leaves_a_live_holder_alone(consumers, people):
+    consumers(workers=1)
+    run = engine.open_run(one_step("recover-live", "sleep 2")).run
+    running_step(run)
+    verdicts = recover_run(run, actor=people["alice"])
+    assert [(v.step, v.holder) for v in verdicts] == [("work", "alive")]
+    assert wait_for(lambda: finished(run), 20, what="the run to finish") == "completed"
+
+
+def compensating_spec(name, log: Path, undo_seconds=1.5):
+    return store_spec({"name": name, "steps": [
+        {"key": "deploy", "run": {"callable": "workflows.callables.noop"},
+         "compensation": {"shell": logged_shell(log, undo_seconds)}},
+        {"key": "verify", "depends_on": ["deploy"], "run": {"command": ["false"]}},
+    ]})[0]
+
+
+def test_a_consumer_killed_mid_compensation_runs_it_again_to_the_end(consumers, tmp_path):
+    log = tmp_path / "undo.log"
+    first = consumers(workers=1)
+    run = engine.open_run(compensating_spec("undo-kill", log, 3)).run
+    wait_for(lambda: Compensation.objects.filter(run=run, status="running").exists(), 20, 0.05,
+             what="the compensation to start")
+    time.sleep(0.5)
+    first.kill()
+    consumers(workers=1)
+    wait_for(lambda: Compensation.objects.filter(run=run, status="done").exists(), 30,
+             what="the compensation to finish")
+    row = Compensation.objects.get(run=run)
+    assert row.attempt == 2 and overlaps(log) == []
+    assert list(ran_to_the_end(log).values()) == [1]
+    assert Step.objects.get(run=run, key="deploy").status == "compensated"
+    kinds = list(Checkpoint.objects.filter(run=run).values_list("kind", flat=True))
+    assert kinds.count("lease_recovered") == 1 and kinds.count("compensated") == 1
+
+
+def test_retrying_a_compensated_run_runs_the_undone_steps_again(consumers, tmp_path):
+    log = tmp_path / "undo.log"
+    consumers(workers=1)
+    run = engine.open_run(compensating_spec("undo-retry", log, 0.2)).run
+    wait_for(lambda: Step.objects.filter(run=run, key="deploy", status="compensated").exists(),
+             20, what="the compensation")
+    with pytest.raises(engine.NotPermitted):
+        engine.retry_step(run, "verify", actor=make_user("nobody"))
+    engine.retry_step(run, "verify", actor="operator")
+    wait_for(lambda: Step.objects.filter(run=run, key="deploy", attempt=2,
+                                         status="compensated").exists(), 20,
+             what="deploy to run again, and be undone again when verify fails again")
+    assert finished(run) == "failed"
+    assert Compensation.objects.filter(run=run, status="done").count() == 2

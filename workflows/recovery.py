@@ -1,0 +1,66 @@
+"""Recover a run now: check each running step's holder and reclaim what is dead.
+
+What the sweeper does on its rounds, for one run, on an operator's request (`manage.py
+recover`, `POST /api/runs/{id}/recover`, the run page's Recover button).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+
+from django.utils import timezone
+
+from . import engine, processes
+from .models import Run, Step, StepStatus
+
+
+@dataclass
+class Verdict:
+    step: str
+    holder: str  # alive, gone or unknown
+    action: str  # what recover did
+
+
+def recover_run(run: Run | int, *, actor) -> list[Verdict]:
+    """Check every running step of the run; reclaim those whose holder is gone."""
+    engine.require_operator(actor, "recover runs")
+    run_id = run.pk if isinstance(run, Run) else run
+    if not Run.objects.filter(pk=run_id).exists():
+        raise engine.NotFound(f"Run {run_id} does not exist.")
+    verdicts = []
+    now = timezone.now()
+    for step in Step.objects.filter(run_id=run_id, status=StepStatus.RUNNING).order_by("index"):
+        if not step.lease_token:
+            verdicts.append(Verdict(step.key, "none", "left alone: an agent reports it"))
+            continue
+        state = processes.holder_state(step.holder_host, step.holder_boot_id, step.holder_pid,
+                                       step.holder_started)
+        if state == processes.ALIVE:
+            verdicts.append(Verdict(step.key, state, "left alone: its worker is alive"))
+            continue
+        if state == processes.UNKNOWN:
+            verdicts.append(Verdict(step.key, state, "left alone: its worker is on another "
+                                                     "machine; the sweeper reclaims it after "
+                                                     "its lease and kill grace"))
+            continue
+        _kill_leftovers(step)
+        # The holder is gone: its lease is void now, not when it would have run out.
+        Step.objects.filter(pk=step.pk, lease_token=step.lease_token).update(lease_expires_at=now)
+        checkpoint = engine.expire_lease(
+            step.pk, actor=actor,
+            why=f"Recovered: the worker holding it ({step.holder_host} pid {step.holder_pid}) "
+                "is gone")
+        verdicts.append(Verdict(step.key, state, checkpoint.get_kind_display() if checkpoint
+                                else "already moved on"))
+    return verdicts
+
+
+def _kill_leftovers(step: Step) -> None:
+    """A command whose worker and supervisor both died could still run: stop its group."""
+    if step.child_pgid and step.holder_boot_id == processes.boot_id():
+        try:
+            os.killpg(step.child_pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
