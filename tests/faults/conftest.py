@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-TALLY = {"faults injected": 0, "runs checked": 0, "anomalies found": 0}
+TALLY = {"faults injected": 0, "runs checked": 0, "overlapping attempts": 0, "results lost": 0,
+         "anomalies found": 0}
 ANOMALIES: list[str] = []
 
 

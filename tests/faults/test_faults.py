@@ -8,8 +8,10 @@ import random
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from django.db import OperationalError, connection
@@ -154,15 +156,18 @@ def private_redis(tmp_path):
 
     server = {"proc": start()}
 
-    def restart():
+    def stop():
         server["proc"].kill()
         server["proc"].wait()
+
+    def restart():
+        stop()
         time.sleep(0.5)
         server["proc"] = start()
 
-    yield f"redis://127.0.0.1:{port}/0", restart
-    server["proc"].kill()
-    server["proc"].wait()
+    yield SimpleNamespace(url=f"redis://127.0.0.1:{port}/0", restart=restart, stop=stop,
+                          start=lambda: server.update(proc=start()))
+    stop()
 
 
 def _pings(port: int) -> bool:
@@ -180,7 +185,7 @@ def test_redis_restarted_during_a_run(settings, private_redis, tmp_path):
 
     from tests.workflows.consumers import Consumer
 
-    url, restart = private_redis
+    url, restart = private_redis.url, private_redis.restart
     settings.TOLLGATE_DISPATCH = True
     settings.TOLLGATE_CALLABLES = ["workflows.callables.*", "tests.callables.*"]
     name = f"tollgate-fault-{os.getpid()}"
@@ -222,3 +227,128 @@ def test_command_ignoring_sigterm_is_killed_and_fails_as_policy_says(consumers, 
     stat = Path(f"/proc/{pid}/stat")
     wait_for(lambda: not stat.exists() or stat.read_text().split()[2] == "Z", 5,
              what="the process to die")
+
+
+def test_redis_down_when_a_run_fails_compensation_still_runs(settings, private_redis, tmp_path):
+    """The compensation is a row written with the failure, not a message: when the queue is
+    down as the run fails, the sweeper rings it once the queue is back."""
+    from huey import RedisHuey
+
+    import workflows.tasks as tasks
+    from tests.workflows.consumers import Consumer
+    from workflows.models import Compensation
+
+    url = private_redis.url
+    settings.TOLLGATE_DISPATCH = True
+    name = f"tollgate-undo-{os.getpid()}"
+    queue = RedisHuey(name, url=url)
+    original = tasks.compensate_run.huey, tasks.run_step.huey
+    tasks.compensate_run.huey = tasks.run_step.huey = queue
+    undo_log = tmp_path / "undo.log"
+    spec = store_spec({"name": "undo-redis", "steps": [
+        {"key": "deploy", "run": {"callable": "workflows.callables.noop"},
+         "compensation": {"shell": f"echo undone >> {undo_log}"}},
+        {"key": "verify", "depends_on": ["deploy"], "run": {"command": ["false"]}}]})[0]
+    run = engine.open_run(spec).run
+    engine.start_step(run, "deploy")
+    engine.complete_step(run, "deploy")
+    engine.start_step(run, "verify")
+    consumer = None
+    try:
+        private_redis.stop()
+        engine.fail_step(run, "verify", summary="smoke test failed", retryable=False)
+        injected()
+        assert Compensation.objects.filter(run=run, status="pending").count() == 1
+        private_redis.start()
+        consumer = Consumer(workers=1, log=tmp_path / "consumer.log", TOLLGATE_REDIS_URL=url,
+                            TOLLGATE_HUEY_NAME=name)
+        wait_for(lambda: Compensation.objects.filter(run=run, status="done").exists(), 30,
+                 what="the compensation to run after the queue returned")
+    finally:
+        if consumer:
+            consumer.stop()
+        tasks.compensate_run.huey, tasks.run_step.huey = original
+    assert undo_log.read_text() == "undone\n"
+    assert check_run(run.pk, ("failed",)) == []
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql" or not shutil.which("pg_ctlcluster"),
+                    reason="restarts the PostgreSQL server")
+def test_postgresql_restarted_mid_step_keeps_the_result(consumers, tmp_path):
+    from ..support.attempts import logged_shell, overlaps
+
+    log = tmp_path / "attempts.log"
+    spec = store_spec({"name": "pg-restart", "steps": [
+        {"key": "work", "max_retries": 3, "run": {"shell": logged_shell(log, 4)}}]})[0]
+    consumers(workers=2, TOLLGATE_LEASE_SECONDS="10")
+    run = engine.open_run(spec).run
+    wait_for(lambda: Step.objects.filter(run=run, status="running").exists(), 20, 0.05,
+             what="the step to start")
+    version = sorted(os.listdir("/etc/postgresql"))[-1]
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart",
+                    "-m", "fast"], check=True, timeout=60, capture_output=True)
+    injected()
+    connection.close()  # ours died with the server too
+    wait_for(lambda: finished(run.pk), 60, 0.25, what="the run to finish after the restart")
+    step = Step.objects.get(run=run)
+    assert step.status == "completed" and step.attempt == 1  # the result was kept
+    assert overlaps(log) == [] and check_run(run.pk) == []
+
+
+def test_web_server_killed_mid_approve_records_each_decision_once(people, tmp_path, settings):
+    """gunicorn is killed with SIGKILL while approvals are in flight; clients retry after it
+    comes back. Each approver's decision is recorded once, and the gate passes once."""
+    import urllib.error
+    import urllib.request
+
+    from workflows.models import ApiToken, Approval
+
+    from ..support.processes import free_port, start_gunicorn
+    from ..workflows.consumers import consumer_env
+
+    spec = store_spec({"name": "web-kill", "steps": [
+        {"key": "qa", "approval": {"group": "qa", "required": 2}}]})[0]
+    runs = [engine.open_run(spec, actor=people["alice"]).run for _ in range(20)]
+    tokens = {name: ApiToken.objects.issue(people[name])[1] for name in ("bob", "carol")}
+    env = {**consumer_env(), "TOLLGATE_VAR_DIR": str(tmp_path), "ALLOWED_HOSTS": "127.0.0.1",
+           "TOLLGATE_SSL_REDIRECT": "0", "TOLLGATE_SECURE_COOKIES": "0",
+           "SECRET_KEY": "fault-" + "x" * 50}
+    port = free_port()
+
+    def approve(run_id: int, name: str):
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/runs/{run_id}/steps/qa/approve", data=b"{}",
+            headers={"Authorization": f"Bearer {tokens[name]}",
+                     "Content-Type": "application/json"}, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return response.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return None  # the server died under us
+
+    web = start_gunicorn(env, port)
+    answers = []
+    worker = threading.Thread(target=lambda: answers.extend(
+        approve(run.pk, name) for run in runs for name in tokens))
+    worker.start()
+    time.sleep(0.1)
+    web.kill()
+    subprocess.run(["pkill", "-9", "-f", f"gunicorn.*127.0.0.1:{port}"], check=False)
+    injected()
+    worker.join()
+    web.wait()
+    web = start_gunicorn(env, port)
+    try:
+        for run in runs:
+            for name in tokens:
+                assert approve(run.pk, name) in (200, 409)  # 409: already decided
+    finally:
+        web.kill()
+        subprocess.run(["pkill", "-9", "-f", f"gunicorn.*127.0.0.1:{port}"], check=False)
+        web.wait()
+    for run in runs:
+        assert Approval.objects.filter(step__run=run).count() == 2
+        assert check_run(run.pk) == []
+    assert None in answers  # the kill did land while approvals were in flight

@@ -1,0 +1,159 @@
+"""A fault campaign: many runs of command steps on two consumers while faults rain on them.
+
+Faults: consumers killed with SIGKILL at random points (mid-step and mid-compensation),
+consumers frozen with SIGSTOP for longer than the lease, database connections cut
+(PostgreSQL), commands that ignore SIGTERM, commands that leave a grandchild behind, and specs
+with extreme numbers. Every command step logs its attempt's start, ticks and end, so the
+campaign checks what a user would: no two attempts of a step alive at once, no step completed
+twice, no successful result thrown away, every compensation run to its end exactly once,
+gapless checkpoints, and every run ended as its policy says.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+
+import pytest
+from django.db import connection
+
+from workflows import engine
+from workflows.models import Checkpoint, Compensation, Run, Step
+from workflows.specs import SpecError, store_spec
+
+from ..support.attempts import logged_shell, overlaps, ran_to_the_end
+from ..workflows.consumers import wait_for
+from .conftest import ANOMALIES, TALLY, check_run, injected
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.consumer]
+
+ON_POSTGRES = connection.vendor == "postgresql"
+# PostgreSQL + Redis is the production topology: the long campaign runs there.
+FAULTS = int(os.environ.get("TOLLGATE_FAULTS", "110" if ON_POSTGRES else "40"))
+
+
+def specs(log, undo_log, tmp_path):
+    good = store_spec({"name": "campaign", "steps": [
+        {"key": "build", "max_retries": 20, "run": {"shell": logged_shell(log, 0.6)}},
+        {"key": "test", "depends_on": ["build"], "max_retries": 20,
+         "run": {"shell": logged_shell(log, 0.4) + "; (sleep 30 &) ; true"}},
+        {"key": "package", "depends_on": ["build"], "max_retries": 20,
+         "run": {"callable": "workflows.callables.noop"}},
+        {"key": "ship", "depends_on": ["test", "package"], "max_retries": 20,
+         "run": {"shell": logged_shell(log, 0.3)}},
+    ]})[0]
+    doomed = store_spec({"name": "doomed", "steps": [
+        {"key": "deploy", "max_retries": 20, "run": {"shell": logged_shell(log, 0.3)},
+         "compensation": {"shell": logged_shell(undo_log, 1.5)}},
+        {"key": "stubborn", "depends_on": ["deploy"],
+         "run": {"shell": "trap '' TERM; while :; do sleep 0.1; done", "timeout_seconds": 1}},
+    ]})[0]
+    return good, doomed
+
+
+class Injector:
+    def __init__(self, consumers, rng: random.Random):
+        self.start = consumers
+        self.pool = [consumers(workers=2), consumers(workers=2)]
+        self.rng = rng
+        self.counts: dict[str, int] = {}
+
+    def count(self, name: str) -> None:
+        self.counts[name] = self.counts.get(name, 0) + 1
+        injected()
+
+    def kill(self) -> None:
+        index = self.rng.randrange(len(self.pool))
+        self.pool[index].kill()
+        self.pool[index] = self.start(workers=2)
+        self.count("kill -9 consumer")
+
+    def kill_compensating(self) -> bool:
+        row = Compensation.objects.filter(status="running").exclude(holder_pid=None).first()
+        for index, consumer in enumerate(self.pool):
+            if row and consumer.proc.pid == row.holder_pid:
+                consumer.kill()
+                self.pool[index] = self.start(workers=2)
+                self.count("kill -9 consumer mid-compensation")
+                return True
+        return False
+
+    def freeze(self) -> None:
+        consumer = self.pool[self.rng.randrange(len(self.pool))]
+        os.kill(consumer.proc.pid, signal.SIGSTOP)
+        threading.Timer(3.0, lambda: _cont(consumer.proc.pid)).start()  # lease is 2 s
+        self.count("SIGSTOP consumer past its lease")
+
+    def cut_connections(self) -> None:
+        name = connection.settings_dict["NAME"]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                           "WHERE datname = %s AND pid <> pg_backend_pid()", [name])
+        self.count("pg_terminate_backend consumers")
+
+    def extreme_spec(self) -> None:
+        with pytest.raises(SpecError):
+            store_spec({"name": "extreme", "steps": [
+                {"key": "a", "retry_backoff_seconds": 1e300, "run": {"command": ["true"]}}]})
+        self.count("spec with extreme numbers")
+
+
+def _cont(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
+def test_fault_campaign(consumers, tmp_path):
+    log, undo_log = tmp_path / "attempts.log", tmp_path / "undo.log"
+    good, doomed = specs(log, undo_log, tmp_path)
+    rng = random.Random(int(os.environ.get("TOLLGATE_FAULT_SEED", "11")))
+    injector = Injector(consumers, rng)
+    faults = [injector.kill] * 5 + [injector.freeze] * 2 + [injector.extreme_spec]
+    if ON_POSTGRES:
+        faults += [injector.cut_connections] * 2
+    runs: list[tuple[int, str]] = []
+    started = injected_before = TALLY["faults injected"]
+    deadline = time.monotonic() + 240
+    while TALLY["faults injected"] - injected_before < FAULTS and time.monotonic() < deadline:
+        if len(runs) < FAULTS // 2:
+            spec, policy = (doomed, "failed") if rng.random() < 0.25 else (good, "completed")
+            runs.append((engine.open_run(spec).run.pk, policy))
+            if policy == "failed":
+                injected()  # a command that ignores SIGTERM
+            else:
+                injected()  # a command that leaves a grandchild holding its output
+        if not injector.kill_compensating():
+            rng.choice(faults)()
+        time.sleep(rng.uniform(0.2, 0.6))
+    assert TALLY["faults injected"] - started >= FAULTS, injector.counts
+    for run_id, _ in runs:
+        wait_for(lambda run_id=run_id: Run.objects.get(pk=run_id).status in (
+            "completed", "failed", "cancelled") and not Compensation.objects.filter(
+            run_id=run_id, status__in=["pending", "running"]).exists(), 180, 0.25,
+            what=f"run {run_id} to end")
+    anomalies, undo_anomalies = [], []
+    for run_id, policy in runs:
+        anomalies += check_run(run_id, (policy,))
+    lapped = overlaps(log) + overlaps(undo_log)
+    lost = list(Checkpoint.objects.filter(run_id__in=[r for r, _ in runs], kind="stale_result",
+                                          summary__contains="completed result"))
+    undone = ran_to_the_end(undo_log)
+    for run_id, policy in runs:
+        if policy == "failed":
+            if undone.get((str(run_id), "deploy")) != 1:
+                undo_anomalies.append(f"run {run_id}: compensation ran to its end "
+                                 f"{undone.get((str(run_id), 'deploy'), 0)} times")
+            if Step.objects.get(run_id=run_id, key="deploy").status != "compensated":
+                undo_anomalies.append(f"run {run_id}: deploy not compensated")
+    TALLY["overlapping attempts"] += len(lapped)
+    TALLY["results lost"] += len(lost)
+    TALLY["anomalies found"] += len(undo_anomalies)
+    ANOMALIES.extend(lapped + [f"lost: {c.summary}" for c in lost] + undo_anomalies)
+    print(f"\ncampaign: {injector.counts}, runs {len(runs)}")
+    assert lapped == [] and lost == [] and anomalies + undo_anomalies == [], (
+        lapped, lost, anomalies, undo_anomalies)

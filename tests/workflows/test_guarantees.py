@@ -1,0 +1,188 @@
+"""The rules behind one live attempt and nothing lost, in-process: the sweeper's liveness
+check and isolation, bounded specs, idempotency keys that mean one request, protected
+checkpoints, reports retried across a database blink."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from datetime import timedelta
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import OperationalError, connection
+from django.db.models import ProtectedError
+from django.test import Client
+from django.utils import timezone
+
+from workflows import engine, processes, sweeper, worker
+from workflows.models import ApiToken, Checkpoint, Run, Step
+from workflows.specs import SpecError, store_spec, validate_spec
+
+pytestmark = pytest.mark.django_db
+
+
+def work_spec(name="w", **step):
+    return store_spec({"name": name, "steps": [
+        {"key": "a", "max_retries": 1, "run": {"command": ["true"]}, **step}]})[0]
+
+
+def claimed(run, holder):
+    step = Step.objects.get(run=run, key="a")
+    engine.claim_step(step.pk, owner="w1", lease_seconds=30, holder=holder)
+    Step.objects.filter(pk=step.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    return step
+
+
+class TestSweeperChecksTheHolder:
+    def test_a_live_holder_keeps_its_step_and_is_noted_once(self):
+        run = engine.open_run(work_spec()).run
+        step = claimed(run, processes.this_process())  # this test process: alive
+        for _ in range(3):
+            report = sweeper.sweep()
+        assert report.expired == 0
+        assert Step.objects.get(pk=step.pk).status == "running"
+        assert Checkpoint.objects.filter(run=run, kind="lease_overdue").count() == 1
+
+    def test_a_gone_holder_is_reclaimed(self):
+        run = engine.open_run(work_spec()).run
+        me = processes.this_process()
+        ghost = processes.Holder(me.host, me.boot_id, me.pid, (me.started or 0) + 1)
+        step = claimed(run, ghost)  # same pid, other start time: a reused pid, not us
+        assert sweeper.sweep().expired == 1
+        assert Step.objects.get(pk=step.pk).status == "retrying"
+
+    def test_a_holder_on_another_machine_waits_for_the_kill_grace(self, settings):
+        settings.TOLLGATE_KILL_GRACE_SECONDS = 60
+        run = engine.open_run(work_spec()).run
+        step = claimed(run, processes.Holder("elsewhere", "another-boot", 4242, 99))
+        assert sweeper.sweep().expired == 0
+        Step.objects.filter(pk=step.pk).update(
+            lease_expires_at=timezone.now() - timedelta(seconds=61))
+        assert sweeper.sweep().expired == 1
+
+    def test_a_rebooted_host_has_no_live_holder(self):
+        run = engine.open_run(work_spec()).run
+        me = processes.this_process()
+        claimed(run, processes.Holder(me.host, "an-earlier-boot", me.pid, me.started))
+        assert sweeper.sweep().expired == 1
+
+    def test_one_bad_row_does_not_stop_the_sweep(self, monkeypatch):
+        runs = [engine.open_run(work_spec(f"w{i}")).run for i in range(2)]
+        ghost = processes.Holder(processes.this_process().host, "gone-boot", 1, 1)
+        bad, good = (claimed(run, ghost) for run in runs)
+        real = engine.expire_lease
+
+        def expire(step_id, **kwargs):
+            if step_id == bad.pk:
+                raise OverflowError("date value out of range")
+            return real(step_id, **kwargs)
+
+        monkeypatch.setattr(engine, "expire_lease", expire)
+        for _ in range(3):
+            report = sweeper.sweep()
+        assert Step.objects.get(pk=good.pk).status == "retrying"
+        assert report.failed == 1
+        notes = Checkpoint.objects.filter(run=runs[0], kind="sweep_failed")
+        assert notes.count() == 1 and "OverflowError" in notes.get().summary
+
+
+class TestBoundedSpecs:
+    @pytest.mark.parametrize("field, value, message", [
+        ("retry_backoff_seconds", 1e300, "at most 86400"),
+        ("max_retries", 10**9, "at most 100"),
+        ("retry_backoff_seconds", float("inf"), "finite"),
+    ])
+    def test_step_numbers_are_bounded(self, field, value, message):
+        with pytest.raises(SpecError, match=message):
+            validate_spec({"name": "x", "steps": [
+                {"key": "a", field: value, "run": {"command": ["true"]}}]})
+
+    def test_gate_timeouts_and_quorums_are_bounded(self):
+        with pytest.raises(SpecError, match="timeout_seconds must be at most"):
+            validate_spec({"name": "x", "steps": [
+                {"key": "g", "approval": {"group": "qa", "timeout_seconds": 1e300}}]})
+        with pytest.raises(SpecError, match="required must be at most 100"):
+            validate_spec({"name": "x", "steps": [
+                {"key": "g", "approval": {"group": "qa", "required": 1000}}]})
+
+    @pytest.mark.parametrize("key", ["a/b", "a b", "x" * 101, "é"])
+    def test_step_keys_are_plain(self, key):
+        with pytest.raises(SpecError, match="letters, digits"):
+            validate_spec({"name": "x", "steps": [{"key": key, "run": {"command": ["true"]}}]})
+
+    def test_a_stored_extreme_backoff_cannot_break_a_failure(self):
+        run = engine.open_run(work_spec()).run
+        Step.objects.filter(run=run).update(retry_backoff_seconds=1e300)
+        engine.start_step(run, "a")
+        engine.fail_step(run, "a", summary="boom")
+        assert Step.objects.get(run=run).status == "retrying"
+
+
+class TestIdempotencyKeys:
+    def test_same_request_reuses_the_run(self, release_spec, people):
+        first = engine.open_run(release_spec, idempotency_key="k", shared_state={"a": 1})
+        again = engine.open_run(release_spec, idempotency_key="k", shared_state={"a": 1})
+        assert again.reused and again.run.pk == first.run.pk
+
+    def test_a_different_request_is_409_naming_what_differs(self, release_spec, people):
+        from goals.models import Goal
+
+        engine.open_run(release_spec, idempotency_key="k", shared_state={"a": 1}, title="One")
+        goal = Goal.objects.create(title="G")
+        for change, named in [({"shared_state": {"a": 2}}, "shared_state"),
+                              ({"goal": goal}, "goal"), ({"title": "Two"}, "title")]:
+            request = {"shared_state": {"a": 1}, "title": "One", **change}
+            with pytest.raises(engine.IllegalTransition, match=named):
+                engine.open_run(release_spec, idempotency_key="k", **request)
+        other = store_spec({"name": "other", "steps": [{"key": "a", "run": {
+            "command": ["true"]}}]})[0]
+        with pytest.raises(engine.IllegalTransition, match="spec .release, not other"):
+            engine.open_run(other, idempotency_key="k", shared_state={"a": 1})
+        assert Run.objects.count() == 1
+
+    def test_api_and_command_answer_409(self, release_spec, people):
+        engine.open_run(release_spec, idempotency_key="k", shared_state={"a": 1})
+        token = ApiToken.objects.issue(people["alice"])[1]
+        response = Client(HTTP_AUTHORIZATION=f"Bearer {token}").post(
+            "/api/runs", {"spec": "release", "idempotency_key": "k", "shared_state": {"a": 2}},
+            content_type="application/json")
+        assert response.status_code == 409 and "shared_state" in response.json()["error"]
+        with pytest.raises(CommandError, match="shared_state"):
+            call_command("start_run", "release", "--idempotency-key", "k", "--state",
+                         json.dumps({"a": 3}), stdout=io.StringIO())
+
+
+def test_checkpoints_survive_their_run(release_spec, admin_client):
+    run = engine.open_run(release_spec).run
+    with pytest.raises(ProtectedError):
+        run.delete()
+    response = admin_client.get(f"/admin/workflows/run/{run.pk}/delete/", follow=True)
+    assert "never deleted" in response.content.decode()
+    assert Run.objects.filter(pk=run.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_result_is_reported_across_a_database_blink(monkeypatch, settings):
+    """The completion's first two tries meet a dropped connection; the third records it."""
+    settings.TOLLGATE_REPORT_RETRY_SECONDS = 10
+    run = engine.open_run(work_spec()).run
+    failures = {"left": 2}
+
+    def blink(execute, sql, params, many, context):
+        if (failures["left"] and "workflows_checkpoint" in sql and "INSERT" in sql
+                and "step_completed" in params):
+            failures["left"] -= 1
+            raise OperationalError("server closed the connection unexpectedly")
+        return execute(sql, params, many, context)
+
+    step = Step.objects.get(run=run)
+    started = time.monotonic()
+    with connection.execute_wrapper(blink):
+        kind = worker.run_step(step.pk)
+    assert kind == "step_completed" and failures["left"] == 0
+    assert time.monotonic() - started < 5
+    assert Step.objects.get(pk=step.pk).status == "completed"
+    assert list(Checkpoint.objects.filter(run=run).values_list("kind", flat=True)) == [
+        "run_opened", "step_started", "step_completed"]
