@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from goals.models import Goal
-from workflows import engine
+from workflows import engine, processes
 from workflows.models import ApiToken, Run, WorkflowSpec
 
 from .conftest import make_user
@@ -53,10 +53,15 @@ def world(release_spec):
     engine.start_step(failed, "build")
     engine.fail_step(failed, "build", retryable=False, summary="boom")
     fresh = engine.open_run(release_spec, actor=rita, title="fresh").run
+    stuck = engine.open_run(release_spec, actor=rita, title="stuck").run
+    me = processes.this_process()
+    gone = processes.Holder(me.host, me.boot_id, me.pid, (me.started or 0) + 1)  # a dead pid
+    step = stuck.steps.get(key="build")
+    engine.claim_step(step.pk, owner="dead", lease_seconds=30, holder=gone)
     goal = Goal.objects.create(title="Ship it")
     token = ApiToken.objects.issue(rita, "rita's")[0]
-    return {"users": users, "gate": gate, "failed": failed, "fresh": fresh, "goal": goal,
-            "token": token}
+    return {"users": users, "gate": gate, "failed": failed, "fresh": fresh, "stuck": stuck,
+            "goal": goal, "token": token}
 
 
 def browser(world, role, *, htmx=False) -> Client:
@@ -89,7 +94,8 @@ EFFECTS = {
     "skip": lambda w: step_status(w["fresh"], "build") == "skipped",
     "skip_gate": lambda w: step_status(w["gate"], "qa") == "skipped",
     "cancel": lambda w: Run.objects.get(pk=w["fresh"].pk).status == "cancelled",
-    "start": lambda w: Run.objects.count() == 4,
+    "recover": lambda w: step_status(w["stuck"], "build") == "retrying",
+    "start": lambda w: Run.objects.count() == 5,
     "load_spec": lambda w: WorkflowSpec.objects.filter(name="build-only").exists(),
     "token_create": lambda w: ApiToken.objects.filter(name="made").exists(),
     "token_revoke": lambda w: ApiToken.objects.get(pk=w["token"].pk).revoked_at is not None,
@@ -104,6 +110,7 @@ ALLOWED = {
     "skip": {"operator", "superuser"},
     "skip_gate": set(),
     "cancel": {"operator", "superuser"},
+    "recover": {"operator", "superuser"},
     "start": {"requester", "operator", "superuser"},
     "load_spec": {"operator", "superuser"},
     "goal_change": {"superuser"},
@@ -127,6 +134,13 @@ def web_cancel(world, role, *, htmx=False):
                                                 {"reason": "matrix"})
 
 
+def web_recover(world, role, *, htmx=False):
+    return browser(world, role, htmx=htmx).post(f"/runs/{world['stuck'].pk}/recover/")
+
+
+WEB_RUN_ACTIONS = {"cancel": web_cancel, "recover": web_recover}
+
+
 def api_call(world, role, action):
     client = api_client(world, role)
     if action == "goal_change":
@@ -140,6 +154,7 @@ def api_call(world, role, action):
         "skip": (f"/api/runs/{fresh}/steps/build/skip", {"reason": "prebuilt"}),
         "skip_gate": (f"/api/runs/{gate}/steps/qa/skip", {"reason": "hurry"}),
         "cancel": (f"/api/runs/{fresh}/cancel", {"reason": "matrix"}),
+        "recover": (f"/api/runs/{world['stuck'].pk}/recover", {}),
         "start": ("/api/runs", {"spec": "release"}),
         "load_spec": ("/api/specs", COMMAND_SPEC),
     }[action]
@@ -167,21 +182,25 @@ def expect(world, action, role, response, *, denied: int, success=(200, 201, 302
                                                   response.content[:300])
 
 
-WEB_ACTIONS = ["approve", "reject", "retry", "skip", "skip_gate", "cancel"]
+WEB_ACTIONS = ["approve", "reject", "retry", "skip", "skip_gate", "cancel", "recover"]
+
+
+def web_action(world, role, action, *, htmx=False):
+    if action in WEB_RUN_ACTIONS:
+        return WEB_RUN_ACTIONS[action](world, role, htmx=htmx)
+    return web_press(world, role, action, htmx=htmx)
 
 
 @pytest.mark.parametrize("role", ROLES)
 @pytest.mark.parametrize("action", WEB_ACTIONS)
 def test_web_form(world, action, role):
-    response = web_cancel(world, role) if action == "cancel" else web_press(world, role, action)
-    expect(world, action, role, response, denied=WEB_DENIED)
+    expect(world, action, role, web_action(world, role, action), denied=WEB_DENIED)
 
 
 @pytest.mark.parametrize("role", ROLES)
 @pytest.mark.parametrize("action", WEB_ACTIONS)
 def test_htmx_press(world, action, role):
-    response = (web_cancel(world, role, htmx=True) if action == "cancel"
-                else web_press(world, role, action, htmx=True))
+    response = web_action(world, role, action, htmx=True)
     expect(world, action, role, response, denied=HTMX_DENIED)
     if role != "anonymous" and response.status_code != 302:
         assert b"<html" not in response.content  # a fragment for the page, not a new page
@@ -274,6 +293,10 @@ class TestCommandsActAsTheSystem:
         path.write_text(json.dumps(COMMAND_SPEC))
         call_command("load_workflow", str(path), stdout=io.StringIO())
         assert EFFECTS["load_spec"](world)
+
+    def test_recover(self, world):
+        call_command("recover", str(world["stuck"].pk), stdout=io.StringIO())
+        assert EFFECTS["recover"](world)
 
     def test_create_token(self, world):
         call_command("create_token", "rita", "--name", "made", stdout=io.StringIO())
