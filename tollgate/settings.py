@@ -133,8 +133,14 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets readers run beside the one writer; IMMEDIATE takes the write lock at BEGIN,
     # so two transitions on one run queue up instead of failing with "database is locked".
+    # synchronous=FULL: a commit is on disk before it is acknowledged, so a power cut loses
+    # no transition. NORMAL (TOLLGATE_SQLITE_SYNCHRONOUS=NORMAL) is faster and can lose the
+    # last transitions, never corrupt the database.
+    synchronous = os.environ.get("TOLLGATE_SQLITE_SYNCHRONOUS", "FULL").upper()
+    if synchronous not in ("FULL", "NORMAL", "EXTRA"):
+        raise ValueError("TOLLGATE_SQLITE_SYNCHRONOUS must be FULL, NORMAL or EXTRA")
     DATABASES["default"]["OPTIONS"] = {
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "init_command": f"PRAGMA journal_mode=WAL; PRAGMA synchronous={synchronous};",
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
     }

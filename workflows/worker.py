@@ -159,7 +159,16 @@ def run_step(step_id: int) -> str:
 
 
 def _execute(step: Step, owner: str) -> str:
-    """Run a claimed step under its lease and report the outcome with the lease token."""
+    """Run a claimed step, and the steps its completions hand this worker, each under its
+    lease; report each outcome with its lease token."""
+    while True:
+        checkpoint = _execute_one(step, owner)
+        step = getattr(checkpoint, "next_step", None)
+        if step is None:
+            return checkpoint.kind
+
+
+def _execute_one(step: Step, owner: str):
     context = {"run_id": step.run_id, "step_key": step.key, "attempt": step.attempt}
     token = step.lease_token
     stop = KEEPER.hold("step", step.pk, token, settings.TOLLGATE_LEASE_SECONDS)
@@ -173,18 +182,19 @@ def _execute(step: Step, owner: str) -> str:
     try:
         outcome = execute(step.config["run"], context=context, shared_state=step.run.shared_state,
                           stop=stop, on_spawn=spawned)
-        checkpoint = _report_outcome(step, token, f"worker {owner}", outcome)
+        checkpoint = _report_outcome(step, token, owner, outcome)
     finally:
         KEEPER.release("step", step.pk)
-    return checkpoint.kind
+    return checkpoint
 
 
-def _report_outcome(step: Step, token: str, actor: str, outcome):
-    common = {"actor": actor, "summary": outcome.summary, "evidence": outcome.evidence,
-              "lease_token": token}
+def _report_outcome(step: Step, token: str, owner: str, outcome):
+    common = {"actor": f"worker {owner}", "summary": outcome.summary,
+              "evidence": outcome.evidence, "lease_token": token}
     if outcome.ok:
+        chain = engine.Chain(owner, settings.TOLLGATE_LEASE_SECONDS, processes.this_process())
         report_call = partial(engine.complete_step, step.run_id, step.key,
-                              state_patch=outcome.state_patch, **common)
+                              state_patch=outcome.state_patch, chain=chain, **common)
     else:
         report_call = partial(engine.fail_step, step.run_id, step.key,
                               retryable=outcome.retryable, **common)

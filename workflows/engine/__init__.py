@@ -21,6 +21,7 @@ from .rules import RUN_HAS_HARD_FAILURE, next_move, ready_filter, ready_steps, r
 from .runs import Opened, cancel_run, open_run
 from .steps import (
     AGENT_STATUSES,
+    Chain,
     claim_step,
     complete_step,
     expire_lease,
@@ -39,7 +40,7 @@ from .steps import (
 release_compensation = compensations.release
 
 __all__ = [
-    "AGENT_STATUSES", "RUN_HAS_HARD_FAILURE", "Announcement", "IllegalTransition",
+    "AGENT_STATUSES", "RUN_HAS_HARD_FAILURE", "Announcement", "Chain", "IllegalTransition",
     "InvalidInput", "NotFound", "NotPermitted", "Opened", "WorkflowError", "approve",
     "cancel_run", "claim_step", "complete_step", "expire_gate", "expire_lease", "fail_step",
     "compensations", "mark_rung", "next_move", "note_lease_overdue", "note_sweep_failure",

@@ -163,6 +163,8 @@ def _announce(run: Run, checkpoint: Checkpoint, frontier, failed, previous_statu
                               if s.status == StepStatus.RETRYING and s.rung_at is None
                               and s.retry_after]
         mark_rung(announcement.ring, announcement.retry)
+    # Kept on the checkpoint until the commit: a chained claim takes its step out of `ring`.
+    checkpoint.announcement = announcement
     transaction.on_commit(
         lambda: transition_committed.send(sender=Run, announcement=announcement))
 

@@ -73,7 +73,7 @@ def open_run(
     if goal is not None and goal.is_closed:
         raise IllegalTransition(f"Goal {goal.pk} ({goal.title}) is {goal.status}; "
                                 "runs cannot be opened under a closed goal.")
-    request = {"spec": spec, "goal": goal, "title": title, "shared_state": shared_state or {}}
+    request = {"spec": spec, "goal": goal, "title": title, "shared_state": shared_state}
     if idempotency_key:
         existing = _open_run_with_key(spec.name, idempotency_key)
         if existing:
@@ -104,19 +104,21 @@ def open_run(
 
 
 def _reused(existing: Run, key: str, request: dict) -> Opened:
-    """The open run a key already names, if this request is the same one; else 409."""
+    """The open run a key already names, if this request is the same one; else 409. What a
+    request leaves out (goal, title, shared state) is not compared; the spec always is."""
     spec, goal = request["spec"], request["goal"]
     differs = []
     if existing.spec_name != spec.name:
         differs.append(f"spec ({existing.spec_name}, not {spec.name})")
-    if existing.goal_id != (goal.pk if goal else None):
-        differs.append(f"goal ({existing.goal_id or 'none'}, not {goal.pk if goal else 'none'})")
+    if goal is not None and existing.goal_id != goal.pk:
+        differs.append(f"goal ({existing.goal_id or 'none'}, not {goal.pk})")
     if request["title"] and existing.title != request["title"]:
         differs.append(f"title ({existing.title!r}, not {request['title']!r})")
-    opened_with = (Checkpoint.objects.filter(run=existing, seq=1)
-                   .values_list("state_patch", flat=True).first() or {})
-    if opened_with != request["shared_state"]:
-        differs.append("shared_state")
+    if request["shared_state"] is not None:
+        opened_with = (Checkpoint.objects.filter(run=existing, seq=1)
+                       .values_list("state_patch", flat=True).first() or {})
+        if opened_with != request["shared_state"]:
+            differs.append("shared_state")
     if differs:
         raise IllegalTransition(f"Idempotency key {key!r} is already used by open run "
                                 f"{existing.pk} with a different {'; '.join(differs)}.")

@@ -4,6 +4,7 @@ skipped; and the leases that fence a worker's attempt."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import transaction
@@ -102,9 +103,24 @@ def _reported_step(run, key: str, actor, lease_token, verb: str, gate_verb: str)
     return step, None
 
 
+@dataclass(frozen=True)
+class Chain:
+    """A worker's offer to go on with the run's next ready step itself (see complete_step)."""
+
+    owner: str
+    lease_seconds: float
+    holder: object = None
+
+
 def complete_step(run, key: str, *, actor=None, summary: str = "", evidence=None,
-                  state_patch=None, lease_token: str | None = None) -> Checkpoint:
-    """Finish a running step successfully, merging its state patch into the run."""
+                  state_patch=None, lease_token: str | None = None,
+                  chain: Chain | None = None) -> Checkpoint:
+    """Finish a running step successfully, merging its state patch into the run.
+
+    With `chain`, the same transaction also claims the first step this completion made ready
+    for that worker (its own checkpoint, `checkpoint.next_step`), saving a queue hop and a
+    claim; every other newly ready step still gets its doorbell.
+    """
     with transaction.atomic():
         run = lock_run(run)
         step, stale = _reported_step(run, key, actor, lease_token, "complete", "approve")
@@ -117,9 +133,23 @@ def complete_step(run, key: str, *, actor=None, summary: str = "", evidence=None
         step.last_evidence = evidence or {}
         step.last_state_patch = patch
         clear_lease(step)
-        return commit(run, CheckpointKind.STEP_COMPLETED, actor=actor, step=step,
-                      summary=summary or f"{step.title} completed",
-                      evidence=evidence, state_patch=patch)
+        checkpoint = commit(run, CheckpointKind.STEP_COMPLETED, actor=actor, step=step,
+                            summary=summary or f"{step.title} completed",
+                            evidence=evidence, state_patch=patch)
+        checkpoint.next_step = _chain(run, checkpoint, chain) if chain else None
+        return checkpoint
+
+
+def _chain(run: Run, checkpoint: Checkpoint, chain: Chain) -> Step | None:
+    announcement = checkpoint.announcement
+    if not announcement.ring:
+        return None
+    next_id = announcement.ring.pop(0)  # this worker runs it: no doorbell
+    step = load_step(run, pk=next_id)
+    if step is None or not may_start(run, step, timezone.now()):
+        return None
+    return _start(run, step, f"worker {chain.owner}", chain.owner, chain.lease_seconds,
+                  chain.holder)
 
 
 def fail_step(run, key: str, *, actor=None, summary: str = "", evidence=None,
