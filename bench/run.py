@@ -114,6 +114,23 @@ class Bench:
                                [i, "floor"])
         return (time.perf_counter() - started) / n
 
+    def floor_huey_chain(self, n: int) -> float:
+        """Seconds per hop of a raw Huey chain: each task enqueues the next, no database."""
+        import uuid
+
+        from huey.contrib.djhuey import HUEY
+
+        from workflows.tasks import chain_hop
+
+        token = f"bench-chain-{uuid.uuid4().hex}"
+        started = time.perf_counter()
+        chain_hop(n, token)
+        while HUEY.get(token, peek=True) is None:
+            if time.perf_counter() - started > 120:
+                raise RuntimeError("the Huey chain did not finish")
+            time.sleep(0.001)
+        return (time.perf_counter() - started) / n
+
     def floor_queue_round_trip(self, n: int) -> list[float]:
         """Seconds for one raw Huey task: enqueue, run by a consumer, result back."""
         from workflows.tasks import ping
@@ -154,20 +171,24 @@ class Bench:
             for i in range(linear_n)]})[0]
         fan = store_spec({"name": "bench-fan", "steps": [
             {"key": f"s{i}", "run": noop} for i in range(fan_n)]})[0]
+        # The honest floor: the raw work of a step at Tollgate's durability, one UPDATE and one
+        # INSERT committed (synchronous=FULL on SQLite); a raw Huey chain is the second
+        # reference. Neither includes result polling.
         txn = self.floor_transaction_pair(500)
-        trips = self.floor_queue_round_trip(50)
-        floor = txn + statistics.median(trips)
+        hop = self.floor_huey_chain(200)
         linear_s = self.run_to_end(linear)
         fan_s = self.run_to_end(fan)
-        self.results["floor"] = {"transaction_pair_ms": txn * 1e3,
-                                 "queue_round_trip_ms": summary([t * 1e3 for t in trips]),
-                                 "per_step_floor_ms": floor * 1e3}
-        self.results["linear"] = {"steps": linear_n, "seconds": linear_s,
-                                  "per_step_ms": linear_s / linear_n * 1e3,
-                                  "ratio_to_floor": linear_s / linear_n / floor}
-        self.results["fan_out"] = {"steps": fan_n, "seconds": fan_s,
-                                   "per_step_ms": fan_s / fan_n * 1e3,
-                                   "ratio_to_floor": fan_s / fan_n / floor}
+        dbos = dbos_peer(self.backend, linear_n)
+        self.results["floor"] = {"transaction_pair_ms": txn * 1e3, "huey_chain_hop_ms": hop * 1e3,
+                                 "per_step_floor_ms": txn * 1e3}
+        self.results["dbos"] = dbos
+        for name, steps, seconds in (("linear", linear_n, linear_s), ("fan_out", fan_n, fan_s)):
+            per_step = seconds / steps
+            self.results[name] = {
+                "steps": steps, "seconds": seconds, "per_step_ms": per_step * 1e3,
+                "ratio_to_floor": per_step / txn, "ratio_to_huey_chain": per_step / hop,
+                "ratio_to_dbos": (per_step * 1e3 / dbos["per_step_ms"]
+                                  if dbos.get("per_step_ms") and name == "linear" else None)}
 
     def approval_round_trip(self) -> None:
         from django.contrib.auth.models import Group, User
@@ -311,7 +332,7 @@ class Bench:
 
         def timed_scan() -> float:
             started = time.perf_counter()
-            ids = sweeper.expired_lease_ids(timezone.now(), 5000)
+            ids = sweeper.expired_leases(timezone.now(), 5000)
             seconds = time.perf_counter() - started
             assert len(ids) == 1000
             return seconds
@@ -406,6 +427,50 @@ class Bench:
         return self.results
 
 
+# --- the DBOS peer ---------------------------------------------------------------------------
+
+DBOS_PEER = ROOT / "bench" / "dbos_peer.py"
+
+
+def dbos_interpreters() -> list[str]:
+    """Interpreters to try for the DBOS peer: BENCH_DBOS_PYTHON, this one, any python3.11
+    (DBOS's SQLite schema needs SQLite 3.42, and some builds link an older one)."""
+    found = [os.environ.get("BENCH_DBOS_PYTHON", ""), sys.executable,
+             str(VAR / "dbos-venv" / "bin" / "python"), shutil.which("python3.11") or ""]
+    found += sorted(str(p) for p in Path.home().glob(".pyenv/versions/3.11*/bin/python"))
+    return [p for p in dict.fromkeys(found) if p and Path(p).exists()]
+
+
+def dbos_peer(backend: str, steps: int) -> dict:
+    """DBOS on the same database, in the same run; "skipped" where no interpreter has it."""
+    if backend == "sqlite":
+        url = f"sqlite:///{VAR / 'bench-dbos.sqlite3'}"
+        (VAR / "bench-dbos.sqlite3").unlink(missing_ok=True)
+    else:
+        import psycopg
+
+        with psycopg.connect(PG_ADMIN.replace("postgres://", "postgresql://"),
+                             autocommit=True) as admin:
+            admin.execute("DROP DATABASE IF EXISTS tollgate_bench_dbos WITH (FORCE)")
+        url = PG_ADMIN.replace("postgres://", "postgresql://").rsplit("/", 1)[0] + \
+            "/tollgate_bench_dbos"
+    tried = []
+    for python in dbos_interpreters():
+        probe = subprocess.run([python, "-c", "import dbos, sys; print(dbos.__version__ "
+                                "if hasattr(dbos, '__version__') else 'dbos')"],
+                               capture_output=True, text=True)
+        if probe.returncode != 0:
+            continue
+        done = subprocess.run([python, str(DBOS_PEER), url, str(steps)], capture_output=True,
+                              text=True, timeout=600)
+        tried.append(python)
+        if done.returncode == 0 and done.stdout.strip():
+            return {"per_step_ms": float(done.stdout.strip().splitlines()[-1]),
+                    "steps": steps, "interpreter": python}
+    return {"skipped": "no interpreter with dbos ran" + (f" (tried {tried})" if tried else
+                                                         "; pip install -e '.[bench]'")}
+
+
 # --- parent -------------------------------------------------------------------------------
 
 def pg_available() -> bool:
@@ -433,12 +498,17 @@ def table(results: list[dict]) -> str:
                 cells.append("-")
         lines.append(f"{label:<44}" + "".join(f"{c:>22}" for c in cells))
 
-    row("floor per step (txn pair + queue trip) ms",
-        lambda r: f"{r['floor']['per_step_floor_ms']:.2f}")
-    row("linear 500 no-op steps: ms/step (x floor)",
-        lambda r: f"{r['linear']['per_step_ms']:.2f} ({r['linear']['ratio_to_floor']:.2f}x)")
-    row("fan-out 200 steps: ms/step (x floor)",
-        lambda r: f"{r['fan_out']['per_step_ms']:.2f} ({r['fan_out']['ratio_to_floor']:.2f}x)")
+    row("floor: UPDATE+INSERT transaction ms", lambda r: f"{r['floor']['transaction_pair_ms']:.2f}")
+    row("raw Huey chain: ms per hop", lambda r: f"{r['floor']['huey_chain_hop_ms']:.2f}")
+    row("DBOS 3.4, linear no-op steps: ms/step",
+        lambda r: f"{r['dbos']['per_step_ms']:.2f}" if "per_step_ms" in r["dbos"] else "skipped")
+    row("linear no-op steps: ms/step (x floor)",
+        lambda r: f"{r['linear']['per_step_ms']:.2f} ({r['linear']['ratio_to_floor']:.1f}x)")
+    row("linear: x DBOS (below 1 is faster)",
+        lambda r: f"{r['linear']['ratio_to_dbos']:.2f}x" if r["linear"]["ratio_to_dbos"]
+        else "skipped")
+    row("fan-out steps: ms/step (x floor)",
+        lambda r: f"{r['fan_out']['per_step_ms']:.2f} ({r['fan_out']['ratio_to_floor']:.1f}x)")
     row("approve -> next step started: median ms",
         lambda r: f"{r['approval_round_trip_ms']['median']:.1f}")
     row("approve -> next step started: p95 ms",
@@ -492,6 +562,11 @@ def main() -> None:
               "machine": {"cpus": os.cpu_count()}, "results": results}
     (VAR / "bench.json").write_text(json.dumps(report, indent=2, default=str))
     print(table(results))
+    for r in results:
+        peer = r.get("dbos", {})
+        print(f"DBOS peer on {r['backend']}: " + (f"ran in {peer['interpreter']}"
+                                                 if "interpreter" in peer else peer.get(
+                                                     "skipped", "skipped")))
     print(f"\nwritten to {VAR / 'bench.json'}")
 
 
