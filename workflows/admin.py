@@ -191,8 +191,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):
     list_display = ["name", "spec_name", "cron", "interval_seconds", "timezone", "enabled",
-                    "next_run_at", "missed_count", "skipped_count"]
+                    "next_run_at", "missed_count", "skipped_count", "paused_reason"]
     list_filter = ["enabled", "overlap", "missed"]
     search_fields = ["name", "spec_name"]
     autocomplete_fields = ["goal"]
-    readonly_fields = ["missed_count", "skipped_count", "last_run"]
+    readonly_fields = ["missed_count", "skipped_count", "last_run", "paused_reason"]

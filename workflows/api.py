@@ -4,25 +4,26 @@ skip, cancel) for scripts and agents. Every write goes through the engine."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from django.http import Http404
-from ninja import Body, Field, Query, Router, Schema, Status
+from ninja import Body, Field, Path, Query, Router, Schema, Status
 from ninja.errors import HttpError
 
 from tollgate.api import Error, Id, Key
 from tollgate.query import MAX_ID
 
 from . import engine, selectors
-from .models import Checkpoint, Run, RunStatus, StepStatus
+from .models import Checkpoint, Run, RunStatus, SpecStatus, StepStatus
 from .recovery import recover_run
 from .selectors import resume_state
-from .specs import SpecError, store_spec
+from .specs import SpecError, set_spec_status, store_spec
 
 router = Router(tags=["workflows"])
 
 RunStatusName = Literal[tuple(RunStatus.values)]
 StepStatusName = Literal[tuple(StepStatus.values)]
+SpecStatusName = Literal[tuple(SpecStatus.values)]
 
 
 def get_run(pk: int) -> Run:
@@ -154,6 +155,65 @@ def fresh_run(pk: int, *, reused: bool = False) -> dict:
     run = get_run(pk)
     return run_out(run, steps=list(run.steps.order_by("index")), reused=reused)
 
+
+
+class SpecSummary(Schema):
+    name: str
+    version: int
+    description: str
+    versions: int
+    runs: int
+
+
+class SpecVersionOut(Schema):
+    version: int
+    status: SpecStatusName
+    created_at: datetime
+    runs: int
+    definition: dict[str, Any]
+
+
+class SpecDetail(Schema):
+    name: str
+    active_version: int | None
+    versions: list[SpecVersionOut]
+
+
+class SpecStatusIn(Schema):
+    version: int = Field(ge=1, le=MAX_ID)
+
+
+@router.get("/specs", response={200: list[SpecSummary], 401: Error},
+            summary="Active specs, with how many versions and runs each has")
+def list_specs(request):
+    return selectors.active_specs()
+
+
+@router.get("/specs/{name}", response={200: SpecDetail, 401: Error, 404: Error},
+            summary="A spec's versions, definitions and runs per version")
+def get_spec(request, name: Annotated[str, Path(min_length=1, max_length=100)]):
+    detail = selectors.spec_detail(name)
+    if detail is None:
+        raise Http404(f"No spec named {name!r}.")
+    return detail
+
+
+@router.post("/specs/{name}/archive", response={200: SpecDetail, 400: Error, 401: Error,
+                                                 403: Error, 404: Error},
+             summary="Archive a version (workflows.change_workflowspec)")
+def archive_spec(request, name: Annotated[str, Path(min_length=1, max_length=100)],
+                 payload: SpecStatusIn):
+    set_spec_status(name, payload.version, SpecStatus.ARCHIVED, actor=request.user)
+    return selectors.spec_detail(name)
+
+
+@router.post("/specs/{name}/activate", response={200: SpecDetail, 400: Error, 401: Error,
+                                                  403: Error, 404: Error},
+             summary="Make a version the active one (workflows.change_workflowspec)")
+def activate_spec(request, name: Annotated[str, Path(min_length=1, max_length=100)],
+                  payload: SpecStatusIn):
+    set_spec_status(name, payload.version, SpecStatus.ACTIVE, actor=request.user)
+    return selectors.spec_detail(name)
 
 
 @router.post("/specs", response={201: SpecOut, 400: Error, 401: Error, 403: Error},

@@ -302,8 +302,8 @@ class Compensation(models.Model):
 
 
 class Decision(models.TextChoices):
-    APPROVE = "approve"
-    REJECT = "reject"
+    APPROVE = "approve", "approved"
+    REJECT = "reject", "rejected"
 
 
 class Approval(models.Model):
@@ -467,6 +467,8 @@ class Schedule(models.Model):
     shared_state = models.JSONField(default=dict, blank=True)
     next_run_at = models.DateTimeField(null=True, blank=True)
     missed_count = models.PositiveIntegerField(default=0, editable=False)
+    paused_reason = models.CharField(max_length=300, blank=True, editable=False,
+                                     help_text="Why the schedule paused itself, if it did.")
     skipped_count = models.PositiveIntegerField(default=0, editable=False)
     last_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL,
                                  related_name="+", editable=False)

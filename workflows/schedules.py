@@ -18,7 +18,15 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from . import engine
-from .models import OPEN_RUN_STATUSES, MissedPolicy, OverlapPolicy, Schedule, ScheduleFire
+from .models import (
+    OPEN_RUN_STATUSES,
+    MissedPolicy,
+    OverlapPolicy,
+    Schedule,
+    ScheduleFire,
+    SpecStatus,
+    WorkflowSpec,
+)
 
 MAX_SLOTS = 10_000  # a schedule asleep for years is counted up to here, not forever
 
@@ -36,6 +44,12 @@ def validate_schedule(schedule: Schedule) -> None:
         ZoneInfo(schedule.timezone)
     except (ZoneInfoNotFoundError, ValueError):
         raise ScheduleError(f"Unknown timezone {schedule.timezone!r}.") from None
+    if not WorkflowSpec.objects.filter(name=schedule.spec_name).exists():
+        raise ScheduleError(f"No spec named {schedule.spec_name!r}; load it first.")
+    if schedule.enabled and not WorkflowSpec.objects.filter(
+            name=schedule.spec_name, status=SpecStatus.ACTIVE).exists():
+        raise ScheduleError(f"Spec {schedule.spec_name!r} has no active version; activate one "
+                            "or leave the schedule disabled.")
 
 
 def next_slot(schedule: Schedule, after: datetime) -> datetime:
@@ -79,6 +93,14 @@ def fire(schedule_id: int, now: datetime, report: TickReport) -> None:
                     .filter(pk=schedule_id, enabled=True, next_run_at__lte=now).first())
         if schedule is None:
             return  # another sweeper advanced it first
+        if not WorkflowSpec.objects.filter(name=schedule.spec_name,
+                                           status=SpecStatus.ACTIVE).exists():
+            schedule.enabled = False
+            schedule.paused_reason = (f"Paused {now:%Y-%m-%d %H:%M}: spec "
+                                      f"{schedule.spec_name!r} has no active version")
+            schedule.save(update_fields=["enabled", "paused_reason"])
+            report.skipped += 1
+            return
         slots = [schedule.next_run_at]
         while len(slots) < MAX_SLOTS:
             following = next_slot(schedule, slots[-1])

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from django.db.models import F, QuerySet, Value
+from django.db.models import Count, F, QuerySet, Value
 from django.db.models.functions import Coalesce
 
 from .engine import NotFound
 from .engine.rules import next_move, ready_steps
-from .models import Approval, Checkpoint, Decision, Run, RunStatus
+from .models import Approval, Checkpoint, Decision, Run, RunStatus, SpecStatus, WorkflowSpec
 from .permissions import decidable_by
 
 
@@ -74,3 +74,28 @@ def resume_state(run) -> dict:
     if move == "ready":
         return answer(move, True, step, f"{step.title} is ready to start.")
     return answer(run.status, False, None, f"Run {run.pk} is {run.status}.")
+
+
+def active_specs() -> list[dict]:
+    """Active specs by name, with how many versions and runs each has (three queries)."""
+    active = list(WorkflowSpec.objects.filter(status=SpecStatus.ACTIVE).order_by("name"))
+    names = [spec.name for spec in active]
+    versions = dict(WorkflowSpec.objects.filter(name__in=names).values_list("name")
+                    .annotate(n=Count("pk")).order_by())
+    runs_by_name = dict(Run.objects.filter(spec_name__in=names).values_list("spec_name")
+                        .annotate(n=Count("pk")).order_by())
+    return [{"name": spec.name, "version": spec.version, "description": spec.description,
+             "versions": versions.get(spec.name, 0), "runs": runs_by_name.get(spec.name, 0)}
+            for spec in active]
+
+
+def spec_detail(name: str) -> dict | None:
+    """A spec's versions, newest first, each with its definition and how many runs it has."""
+    versions = list(WorkflowSpec.objects.filter(name=name).annotate(run_count=Count("runs"))
+                    .order_by("-version"))
+    if not versions:
+        return None
+    active = next((v.version for v in versions if v.status == SpecStatus.ACTIVE), None)
+    return {"name": name, "active_version": active, "versions": [
+        {"version": v.version, "status": v.status, "created_at": v.created_at,
+         "runs": v.run_count, "definition": v.definition} for v in versions]}

@@ -110,6 +110,10 @@ def _validate_action(where: str, action) -> dict:
         if isinstance(command, str):
             _fail(where, "command must be a list of arguments, not a string "
                   "(use shell for a shell line)")
+        if isinstance(command, list) and command and isinstance(command[0], str) and (
+                " " in command[0].strip()):
+            _fail(where, f"command[0] {command[0]!r} has spaces: it would be run as one "
+                         "program name; use shell or split the arguments")
         if not isinstance(command, list) or not command or not all(
             isinstance(arg, str) for arg in command
         ):
@@ -313,6 +317,7 @@ def store_spec(data, *, actor=None) -> tuple[WorkflowSpec, bool]:  # noqa: F821
 
     definition = validate_spec(data)
     require_author(actor, definition)
+    declared = data.get("version")
     spec_digest = digest(definition)
     for _ in range(3):
         try:
@@ -322,7 +327,8 @@ def store_spec(data, *, actor=None) -> tuple[WorkflowSpec, bool]:  # noqa: F821
                     .filter(name=definition["name"], status=SpecStatus.ACTIVE)
                     .first()
                 )
-                if current is not None and current.digest == spec_digest:
+                if current is not None and current.digest == spec_digest and (
+                        declared in (None, current.version)):
                     return current, False
                 last = (
                     WorkflowSpec.objects.filter(name=definition["name"])
@@ -330,6 +336,10 @@ def store_spec(data, *, actor=None) -> tuple[WorkflowSpec, bool]:  # noqa: F821
                     .values_list("version", flat=True)
                     .first()
                 )
+                if declared is not None and declared != (last or 0) + 1:
+                    raise SpecError(f"spec {definition['name']!r}: version {declared} is not "
+                                    f"the next one; expected {(last or 0) + 1} (or leave "
+                                    "version out)")
                 WorkflowSpec.objects.filter(
                     name=definition["name"], status=SpecStatus.ACTIVE
                 ).update(status=SpecStatus.ARCHIVED)
@@ -344,3 +354,25 @@ def store_spec(data, *, actor=None) -> tuple[WorkflowSpec, bool]:  # noqa: F821
         except IntegrityError:
             continue  # a concurrent load took this version; look again
     raise SpecError(f"spec {definition['name']!r}: too many concurrent loads, try again")
+
+
+def set_spec_status(name: str, version: int, status: str, *, actor=None):
+    """Archive a spec version, or make it the active one (archiving the version that was).
+    Needs workflows.change_workflowspec for a person."""
+    from . import permissions
+    from .engine import NotFound, NotPermitted
+    from .models import SpecStatus, WorkflowSpec
+
+    if permissions.is_person(actor) and not permissions.has(
+            actor, "workflows.change_workflowspec"):
+        raise NotPermitted(f"{actor.get_username() or 'anonymous'} may not change specs.")
+    with transaction.atomic():
+        spec = WorkflowSpec.objects.select_for_update().filter(name=name, version=version).first()
+        if spec is None:
+            raise NotFound(f"No spec {name} v{version}.")
+        if status == SpecStatus.ACTIVE:
+            WorkflowSpec.objects.filter(name=name, status=SpecStatus.ACTIVE).exclude(
+                pk=spec.pk).update(status=SpecStatus.ARCHIVED)
+        spec.status = status
+        spec.save(update_fields=["status"])
+        return spec

@@ -19,7 +19,14 @@ from tollgate.query import int_param
 
 from . import engine, selectors
 from .models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, StepStatus, WorkflowSpec
-from .permissions import can_cancel, can_decide, can_operate, can_retry, decidable_by
+from .permissions import (
+    can_cancel,
+    can_decide,
+    can_operate,
+    can_retry,
+    can_skip,
+    decidable_by,
+)
 from .recovery import recover_run
 
 
@@ -68,6 +75,7 @@ def run_context(request, run_id: int) -> dict:
         step.decisions = by_step.get(step.pk, [])
         step.can_decide = can_decide(user, run, step, decided)
         step.can_retry = can_retry(user, run, step)
+        step.can_skip = can_skip(user, run, step)
     return {
         "run": run,
         "steps": _dag_order(steps),
@@ -151,17 +159,17 @@ def step_action(request, pk: int, key: str, action: str):
     comment = request.POST.get("comment", "").strip()
     try:
         if action == "approve":
-            engine.approve(run, key, user=request.user, comment=comment)
-            done = f"You approved {key}."
+            checkpoint = engine.approve(run, key, user=request.user, comment=comment)
+            done = f"You approved {checkpoint.step.title}."
         elif action == "reject":
-            engine.reject(run, key, user=request.user, comment=comment)
-            done = f"You rejected {key}."
+            checkpoint = engine.reject(run, key, user=request.user, comment=comment)
+            done = f"You rejected {checkpoint.step.title}."
         elif action == "retry":
-            engine.retry_step(run, key, actor=request.user)
-            done = f"{key}: retry requested."
+            checkpoint = engine.retry_step(run, key, actor=request.user)
+            done = f"{checkpoint.step.title}: retry requested."
         elif action == "skip":
-            engine.skip_step(run, key, actor=request.user, reason=comment)
-            done = f"{key} skipped."
+            checkpoint = engine.skip_step(run, key, actor=request.user, reason=comment)
+            done = f"{checkpoint.step.title} skipped."
         else:
             return HttpResponse(status=404)
     except engine.WorkflowError as exc:

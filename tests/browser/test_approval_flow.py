@@ -44,7 +44,7 @@ def test_approver_approves_from_inbox_and_sees_the_run_move_on(page, shoot, wait
     page.evaluate("window.__noReload = true")
     page.fill("input[aria-label='Approval comment']", "Ship it")
     page.click("button:has-text('Approve')")
-    page.wait_for_selector(".decided >> text=You approved qa")
+    page.wait_for_selector(".decided >> text=You approved QA sign-off")
     assert page.text_content("#inbox-count") == "0"
     assert page.evaluate("window.__noReload") is True  # swapped in place, no reload
     assert Approval.objects.get().comment == "Ship it"

@@ -57,7 +57,7 @@ class TestInbox:
         response = client.post(f"/runs/{waiting.pk}/steps/qa/approve/",
                                {"view": "inbox", "comment": "ok"}, **HTMX)
         body = response.content.decode()
-        assert response.status_code == 200 and "You approved qa" in body
+        assert response.status_code == 200 and "You approved QA sign-off" in body
         assert 'hx-swap-oob="true">0<' in body and "<html" not in body
 
 
@@ -184,7 +184,7 @@ class TestButtons:
         engine.fail_step(run, "build", retryable=False)
         response = as_user(client, people["alice"]).post(
             f"/runs/{run.pk}/steps/build/retry/", **HTMX)
-        assert response.status_code == 200 and "build: retry requested" in response.content.decode()
+        assert response.status_code == 200 and "Build: retry requested" in response.content.decode()
         assert run.steps.get(key="build").status == "pending"
 
     def test_csrf_is_enforced(self, waiting, people):
@@ -328,3 +328,27 @@ class TestProfileTokens:
         assert client.post(f"/profile/tokens/{token.pk}/revoke/").status_code == 404
         token.refresh_from_db()
         assert token.revoked_at is None
+
+
+class TestSkip:
+    def test_operator_sees_skip_on_work_steps_never_on_gates(self, client, waiting, people):
+        body = as_user(client, people["alice"]).get(f"/runs/{waiting.pk}/").content.decode()
+        deploy = body.split('id="step-deploy"')[1].split("</tr>")[0]
+        qa = body.split('id="step-qa"')[1].split("</tr>")[0]
+        assert "Skip</button>" in deploy and "Skip</button>" not in qa
+        assert "Skip</button>" not in as_user(client, people["bob"]).get(
+            f"/runs/{waiting.pk}/").content.decode()
+
+    def test_skip_needs_a_reason_and_then_moves_the_run_on(self, client, release_spec, people):
+        run = engine.open_run(release_spec, actor=people["alice"]).run
+        as_user(client, people["alice"])
+        url = f"/runs/{run.pk}/steps/build/skip/"
+        refused = client.post(url, {"comment": " "}, **HTMX)
+        assert refused.status_code == 400 and "A reason is required" in refused.content.decode()
+        assert run.steps.get(key="build").status == "pending"
+        done = client.post(url, {"comment": "built elsewhere"}, **HTMX)
+        assert done.status_code == 200 and "Build skipped." in done.content.decode()
+        assert run.steps.get(key="build").status == "skipped"
+        assert run.steps.get(key="qa").status == "waiting_approval"
+        assert Checkpoint.objects.filter(run=run, kind="step_skipped",
+                                         summary="built elsewhere").exists()

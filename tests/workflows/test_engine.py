@@ -332,7 +332,7 @@ class TestCancelAndSkip:
         engine.cancel_run(run)
         for call in (lambda: engine.start_step(run, "build"),
                      lambda: engine.retry_step(run, "build"),
-                     lambda: engine.skip_step(run, "build"),
+                     lambda: engine.skip_step(run, "build", reason="r"),
                      lambda: engine.approve(run, "qa", user=people["bob"]),
                      lambda: engine.record_transition(run, "build", step_status="running")):
             with pytest.raises(engine.IllegalTransition, match="cancelled"):
@@ -352,7 +352,7 @@ class TestCancelAndSkip:
     def test_skip_running_step_is_refused(self, run):
         engine.start_step(run, "build")
         with pytest.raises(engine.IllegalTransition, match="Cannot skip build: it is running"):
-            engine.skip_step(run, "build")
+            engine.skip_step(run, "build", reason="r")
 
 
 class TestRecordTransition:

@@ -88,7 +88,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule(key=KEYS)
     def skip(self, key):
-        self.apply(lambda: engine.skip_step(self.run, key))
+        self.apply(lambda: engine.skip_step(self.run, key, reason="hypothesis"))
 
     @rule(key=KEYS, status=st.sampled_from([None, "running", "completed", "failed", "blocked"]))
     def report(self, key, status):

@@ -232,6 +232,8 @@ def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
             raise IllegalTransition(f"{key} is an approval gate: it is decided by the "
                                     f"{step.approval_group} group, never skipped.")
         require_operator(actor, f"skip {key}")
+        if not (reason or "").strip():
+            raise InvalidInput(f"A reason is required to skip {key}.")
         # A failed run stays failed until a retry: skipping is for runs still in motion.
         require_open(run, f"skip {key}")
         if step.status in (StepStatus.RUNNING, StepStatus.COMPLETED, StepStatus.SKIPPED,
@@ -243,7 +245,7 @@ def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
         step.last_summary = reason
         clear_lease(step)
         return commit(run, CheckpointKind.STEP_SKIPPED, actor=actor, step=step,
-                      summary=reason or f"{step.title} skipped")
+                      summary=reason)
 
 
 AGENT_STATUSES = (StepStatus.RUNNING, StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.BLOCKED)

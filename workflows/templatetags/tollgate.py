@@ -15,20 +15,26 @@ def pretty_json(value) -> str:
 
 @register.filter
 def duration(value) -> str:
-    """A timedelta as '1h 2m', '3m 4s' or '1.2s'."""
-    if value is None:
+    """A timedelta (or seconds) for people: '12 s', '6 min', '1 h 5 min', '2 d 3 h'."""
+    if value is None or value == "":
         return ""
+    if isinstance(value, int | float):
+        value = timedelta(seconds=value)
     if not isinstance(value, timedelta):
         return str(value)
     seconds = value.total_seconds()
+    if seconds < 10:
+        return f"{seconds:.1f} s"
     if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
+        return f"{seconds:.0f} s"
+    minutes = int(seconds // 60)
     hours, minutes = divmod(minutes, 60)
     days, hours = divmod(hours, 24)
     if days:
-        return f"{days}d {hours}h"
-    return f"{hours}h {minutes}m" if hours else f"{minutes}m {secs}s"
+        return f"{days} d {hours} h" if hours else f"{days} d"
+    if hours:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    return f"{minutes} min"
 
 
 @register.filter
@@ -46,7 +52,21 @@ def without(mapping, keys: str):
     return {k: v for k, v in mapping.items() if k not in drop}
 
 
+# Words people read for the statuses and kinds whose names are not words already.
+WORDS = {
+    "waiting_approval": "waiting for approval",
+    "step_started": "step started",
+    "stale_result": "stale result ignored",
+    "transition": "reported by an agent",
+    "approval_recorded": "approval recorded",
+    "lease_overdue": "lease overdue, holder alive",
+    "lease_recovered": "worker gone, recovered",
+    "sweep_failed": "sweeper could not handle this",
+}
+
+
 @register.filter
 def label(value) -> str:
-    """A status or kind as words: waiting_approval -> waiting approval."""
-    return str(value or "").replace("_", " ")
+    """A status or kind as words: waiting_approval -> waiting for approval."""
+    value = str(value or "")
+    return WORDS.get(value, value.replace("_", " "))

@@ -1,0 +1,81 @@
+"""Specs through the API and the command line, and the spec checks that used to slip."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from workflows import engine, schedules
+from workflows.models import Schedule, WorkflowSpec
+from workflows.schedules import ScheduleError, validate_schedule
+from workflows.specs import SpecError, store_spec, validate_spec
+
+from ..conftest import RELEASE
+
+pytestmark = pytest.mark.django_db
+
+
+def test_list_and_read_specs(api, release_spec):
+    store_spec({**RELEASE, "description": "v2"})
+    engine.open_run("release")
+    listed = api["dave"].get("/api/specs").json()
+    assert listed == [{"name": "release", "version": 2, "description": "v2", "versions": 2,
+                       "runs": 1}]
+    detail = api["dave"].get("/api/specs/release").json()
+    assert detail["active_version"] == 2
+    assert [(v["version"], v["status"], v["runs"]) for v in detail["versions"]] == [
+        (2, "active", 1), (1, "archived", 0)]
+    assert api["dave"].get("/api/specs/nope").status_code == 404
+
+
+def test_archive_and_reactivate_need_the_change_permission(api, people, release_spec):
+    store_spec({**RELEASE, "description": "v2"})
+    refused = api["alice"].post("/api/specs/release/activate", {"version": 1})
+    assert refused.status_code == 403
+    from django.contrib.auth.models import Permission
+
+    people["alice"].user_permissions.add(Permission.objects.get(codename="change_workflowspec"))
+    back = api["alice"].post("/api/specs/release/activate", {"version": 1})
+    assert back.status_code == 200 and back.json()["active_version"] == 1
+    gone = api["alice"].post("/api/specs/release/archive", {"version": 1}).json()
+    assert gone["active_version"] is None
+    assert api["alice"].post("/api/specs/release/archive", {"version": 9}).status_code == 404
+
+
+def test_specs_command(release_spec):
+    out = io.StringIO()
+    call_command("specs", stdout=out)
+    assert "release" in out.getvalue() and "v1" in out.getvalue()
+
+
+def test_a_program_name_with_spaces_is_refused():
+    with pytest.raises(SpecError, match="use shell or split the arguments"):
+        validate_spec({"name": "x", "steps": [
+            {"key": "a", "run": {"command": ["echo hello world"]}}]})
+
+
+def test_a_declared_version_must_be_the_next_one(db):
+    store_spec({**RELEASE, "version": 1})
+    with pytest.raises(SpecError, match="version 7 is not the next one; expected 2"):
+        store_spec({**RELEASE, "version": 7, "description": "changed"})
+    assert store_spec({**RELEASE, "version": 2, "description": "changed"})[0].version == 2
+    assert WorkflowSpec.objects.filter(name="release").count() == 2
+
+
+def test_a_schedule_needs_an_existing_spec(release_spec):
+    with pytest.raises(ScheduleError, match="No spec named 'ghost'"):
+        validate_schedule(Schedule(name="s", spec_name="ghost", interval_seconds=60))
+    validate_schedule(Schedule(name="s", spec_name="release", interval_seconds=60))
+
+
+def test_a_schedule_of_an_archived_spec_pauses_with_a_reason(release_spec):
+    item = Schedule.objects.create(name="nightly", spec_name="release", interval_seconds=60,
+                                   next_run_at=timezone.now())
+    WorkflowSpec.objects.filter(name="release").update(status="archived")
+    report = schedules.tick()
+    item.refresh_from_db()
+    assert report.started == [] and not item.enabled
+    assert "has no active version" in item.paused_reason
