@@ -64,6 +64,7 @@ class RunOut(Schema):
     requested_by: str | None
     idempotency_key: str
     shared_state: dict[str, Any]
+    params: dict[str, Any]
     next_action: str
     current_step: str
     error: str
@@ -84,6 +85,7 @@ class RunIn(Schema):
     goal: int | None = Field(None, ge=1, le=MAX_ID)
     idempotency_key: str = Field("", max_length=200)
     shared_state: dict[str, Any] | None = None
+    params: dict[str, Any] | None = Field(None, description="the spec's typed run parameters")
     title: str = Field("", max_length=200)
 
 
@@ -134,7 +136,8 @@ class DecisionIn(Schema):
 
 def run_out(run: Run, *, steps=None, reused: bool = False) -> dict:
     data = {f: getattr(run, f) for f in (
-        "id", "title", "status", "priority", "idempotency_key", "shared_state", "next_action",
+        "id", "title", "status", "priority", "idempotency_key", "shared_state", "params",
+        "next_action",
         "current_step", "error", "created_at", "started_at", "finished_at")}
     data.update(spec=run.spec_name, spec_version=run.spec.version, goal=run.goal_id,
                 requested_by=run.requested_by.get_username() if run.requested_by else None,
@@ -232,7 +235,8 @@ def create_spec(request, payload: dict[str, Any] = Body(...)):
 def create_run(request, payload: RunIn):
     opened = engine.open_run(payload.spec, actor=request.user, goal=payload.goal,
                              idempotency_key=payload.idempotency_key,
-                             shared_state=payload.shared_state, title=payload.title)
+                             shared_state=payload.shared_state, title=payload.title,
+                             params=payload.params)
     return Status(200 if opened.reused else 201, fresh_run(opened.run.pk, reused=opened.reused))
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from .params import env_name
 from .specs import callable_allowed
 
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
@@ -100,7 +101,9 @@ def command_env(action: dict, context: dict, state_file: Path, patch_file: Path)
     """A clean environment: allow-listed worker variables, the spec's env, Tollgate's own."""
     base = {name: os.environ[name] for name in settings.TOLLGATE_COMMAND_ENV
             if name in os.environ}
-    return {**base, **action.get("env", {}),
+    params = {env_name(name): value if isinstance(value, str) else json.dumps(value)
+              for name, value in (context.get("params") or {}).items()}
+    return {**base, **action.get("env", {}), **params,
             "TOLLGATE_RUN_ID": str(context["run_id"]),
             "TOLLGATE_STEP_KEY": context["step_key"],
             "TOLLGATE_ATTEMPT": str(context["attempt"]),
@@ -150,7 +153,10 @@ def run_process(action: dict, *, context: dict, shared_state: dict, stop: thread
     with tempfile.TemporaryDirectory(prefix="tollgate-") as tmp:
         work = Path(tmp)
         state_file, patch_file = work / "state.json", work / "state_patch.json"
-        state_file.write_text(json.dumps(shared_state))
+        # The run's shared state, and its params (read-only) under "params" when it has any.
+        params = context.get("params")
+        state_file.write_text(json.dumps({**shared_state, "params": params} if params
+                                         else shared_state))
         secrets = secret_values(action.get("env", {}))
         argv = ["/bin/sh", "-c", action["shell"]] if "shell" in action else action["command"]
         (work / "spec.json").write_text(json.dumps({
@@ -242,7 +248,8 @@ def run_callable(action: dict, *, context: dict, shared_state: dict) -> Outcome:
     secrets = secret_values(action.get("env", {}))
     try:
         func = import_string(path)
-        result = func({**context, "shared_state": dict(shared_state), "config": action})
+        result = func({"params": {}, **context, "shared_state": dict(shared_state),
+                       "config": action})
     except Exception as exc:
         return Outcome(False, redact(f"{type(exc).__name__}: {exc}", secrets),
                        {"traceback": redact(traceback.format_exc(limit=8), secrets)})

@@ -116,6 +116,8 @@ class Run(models.Model):
     )
     idempotency_key = models.CharField(max_length=200, blank=True)
     shared_state = models.JSONField(default=dict, blank=True)
+    # The spec's typed run parameters, as validated when the run started.
+    params = models.JSONField(default=dict, blank=True)
     next_action = models.CharField(max_length=500, blank=True)
     current_step = models.CharField(max_length=100, blank=True)
     error = models.TextField(blank=True)
@@ -465,6 +467,8 @@ class Schedule(models.Model):
     overlap = models.CharField(max_length=8, choices=OverlapPolicy, default=OverlapPolicy.SKIP)
     missed = models.CharField(max_length=8, choices=MissedPolicy, default=MissedPolicy.RUN_ONCE)
     shared_state = models.JSONField(default=dict, blank=True)
+    params = models.JSONField(default=dict, blank=True,
+                              help_text='Fixed values for the spec\'s params: {"env": "prod"}')
     next_run_at = models.DateTimeField(null=True, blank=True)
     missed_count = models.PositiveIntegerField(default=0, editable=False)
     paused_reason = models.CharField(max_length=300, blank=True, editable=False,

@@ -27,6 +27,7 @@ from .models import (
     SpecStatus,
     WorkflowSpec,
 )
+from .params import FieldErrors, coerce
 
 MAX_SLOTS = 10_000  # a schedule asleep for years is counted up to here, not forever
 
@@ -44,8 +45,14 @@ def validate_schedule(schedule: Schedule) -> None:
         ZoneInfo(schedule.timezone)
     except (ZoneInfoNotFoundError, ValueError):
         raise ScheduleError(f"Unknown timezone {schedule.timezone!r}.") from None
-    if not WorkflowSpec.objects.filter(name=schedule.spec_name).exists():
+    spec = (WorkflowSpec.objects.filter(name=schedule.spec_name)
+            .order_by("status", "-version").first())  # the active one sorts first
+    if spec is None:
         raise ScheduleError(f"No spec named {schedule.spec_name!r}; load it first.")
+    try:
+        coerce(spec.definition.get("params", []), schedule.params or None)
+    except FieldErrors as exc:
+        raise ScheduleError(str(exc)) from None
     if schedule.enabled and not WorkflowSpec.objects.filter(
             name=schedule.spec_name, status=SpecStatus.ACTIVE).exists():
         raise ScheduleError(f"Spec {schedule.spec_name!r} has no active version; activate one "
@@ -139,6 +146,7 @@ def _start(schedule: Schedule, slot: datetime) -> int | None:
                 idempotency_key=f"schedule:{schedule.pk}:{slot.isoformat()}",
                 shared_state={**schedule.shared_state, "scheduled_for": slot.isoformat()},
                 title=f"{schedule.name} {slot:%Y-%m-%d %H:%M}",
+                params=schedule.params or None,
             )
             fired.run = opened.run
             fired.save(update_fields=["run"])

@@ -14,7 +14,9 @@ from pathlib import Path
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-TOP_FIELDS = {"name", "version", "description", "steps"}
+from .params import check_fields
+
+TOP_FIELDS = {"name", "version", "description", "steps", "params"}
 STEP_FIELDS = {
     "key", "title", "description", "depends_on", "run", "approval", "max_retries",
     "retry_backoff_seconds", "retry_backoff", "retry_backoff_max_seconds",
@@ -262,11 +264,13 @@ def validate_spec(data) -> dict:
                 _fail(f"step {step['key']!r}", f"depends_on names unknown step {dep!r}")
     if cycle_at := _find_cycle(normal_steps):
         _fail(f"step {cycle_at!r}", "is part of a dependency cycle")
-    return {
-        "name": name,
-        "description": data.get("description", ""),
-        "steps": normal_steps,
-    }
+    normal = {"name": name, "description": data.get("description", ""), "steps": normal_steps}
+    if "params" in data:
+        try:
+            normal["params"] = check_fields(data["params"], "spec params")
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+    return normal
 
 
 def digest(definition: dict) -> str:

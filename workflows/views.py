@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from tollgate.query import int_param
 
 from . import engine, selectors
+from .forms import StartRunForm
 from .models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, StepStatus, WorkflowSpec
 from .permissions import (
     can_cancel,
@@ -229,3 +230,43 @@ def token_revoke(request, pk: int):
         token.save(update_fields=["revoked_at"])
         messages.success(request, f"Token {token} revoked.")
     return redirect("profile")
+
+
+@require_GET
+def spec_list(request):
+    """The active specs, with Start run for those who may start runs."""
+    return render(request, "workflows/spec_list.html", {
+        "specs": selectors.active_specs(),
+        "can_start": request.user.has_perm("workflows.add_run")})
+
+
+@require_http_methods(["GET", "POST"])
+def start_run(request, name: str):
+    """A form built from the spec's params; submitting opens the run page."""
+    spec = get_object_or_404(WorkflowSpec, name=name, status="active")
+    params = spec.definition.get("params", [])
+    form = StartRunForm(request.POST or None, params=params)
+    error = ""
+    if request.method == "POST" and form.is_valid():
+        try:
+            opened = engine.open_run(
+                spec, actor=request.user, goal=form.cleaned_data["goal"],
+                title=form.cleaned_data["title"], params=form.param_values(),
+                idempotency_key=form.cleaned_data["idempotency_key"])
+        except engine.WorkflowError as exc:
+            error = str(exc)
+            for field, problem in getattr(exc, "errors", {}).items():
+                if f"param_{field}" in form.fields:
+                    form.add_error(f"param_{field}", problem)
+            status = exc.status_code
+        else:
+            if opened.reused:
+                messages.info(request, f"That idempotency key already started run "
+                                       f"#{opened.run.pk}; here it is.")
+            return redirect(opened.run.get_absolute_url())
+    elif request.method == "POST":
+        status = 400
+    else:
+        status = 200
+    return render(request, "workflows/start_run.html",
+                  {"spec": spec, "form": form, "error": error}, status=status)

@@ -169,7 +169,8 @@ def _execute(step: Step, owner: str) -> str:
 
 
 def _execute_one(step: Step, owner: str):
-    context = {"run_id": step.run_id, "step_key": step.key, "attempt": step.attempt}
+    context = {"run_id": step.run_id, "step_key": step.key, "attempt": step.attempt,
+               "params": step.run.params}
     token = step.lease_token
     stop = KEEPER.hold("step", step.pk, token, settings.TOLLGATE_LEASE_SECONDS)
 
@@ -218,7 +219,7 @@ def compensate_run(run_id: int) -> list[str]:
                            settings.TOLLGATE_LEASE_SECONDS, renew=compensations.renew)
         try:
             context = {"run_id": run_id, "step_key": row.step.key, "attempt": row.attempt,
-                       "compensating": True}
+                       "params": row.run.params, "compensating": True}
             outcome = execute(row.step.compensation, context=context,
                               shared_state=row.run.shared_state, stop=stop)
             report(partial(compensations.finish, row.pk, row.lease_token, ok=outcome.ok,

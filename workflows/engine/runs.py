@@ -23,6 +23,7 @@ from ..models import (
     StepStatus,
     WorkflowSpec,
 )
+from ..params import FieldErrors, coerce
 from .commit import commit
 from .errors import IllegalTransition, InvalidInput, NotFound, NotPermitted
 from .moves import check_value, require_open, require_operator
@@ -44,6 +45,7 @@ def open_run(
     shared_state: dict | None = None,
     title: str = "",
     priority: str | None = None,
+    params: dict | None = None,
 ) -> Opened:
     """Open a run of a spec (its active version when given by name).
 
@@ -73,7 +75,14 @@ def open_run(
     if goal is not None and goal.is_closed:
         raise IllegalTransition(f"Goal {goal.pk} ({goal.title}) is {goal.status}; "
                                 "runs cannot be opened under a closed goal.")
-    request = {"spec": spec, "goal": goal, "title": title, "shared_state": shared_state}
+    try:
+        values = coerce(spec.definition.get("params", []), params)
+    except FieldErrors as exc:
+        refused = InvalidInput(str(exc))
+        refused.errors = exc.errors  # per param, for a form to show beside each field
+        raise refused from None
+    request = {"spec": spec, "goal": goal, "title": title, "shared_state": shared_state,
+               "params": values if params is not None else None}
     if idempotency_key:
         existing = _open_run_with_key(spec.name, idempotency_key)
         if existing:
@@ -90,11 +99,12 @@ def open_run(
                 requested_by=user,
                 idempotency_key=idempotency_key,
                 shared_state=shared_state or {},
+                params=values,
             )
             Step.objects.bulk_create(_new_steps(run, spec.definition["steps"]))
             commit(run, CheckpointKind.RUN_OPENED, actor=actor,
                    summary=f"Opened {spec} run" + (f" under goal “{goal.title}”" if goal else ""),
-                   state_patch=shared_state or {})
+                   state_patch=shared_state or {}, evidence={"params": values} if values else None)
     except IntegrityError:
         existing = _open_run_with_key(spec.name, idempotency_key) if idempotency_key else None
         if existing is None:
@@ -119,6 +129,8 @@ def _reused(existing: Run, key: str, request: dict) -> Opened:
                        .values_list("state_patch", flat=True).first() or {})
         if opened_with != request["shared_state"]:
             differs.append("shared_state")
+    if request["params"] is not None and existing.params != request["params"]:
+        differs.append("params")
     if differs:
         raise IllegalTransition(f"Idempotency key {key!r} is already used by open run "
                                 f"{existing.pk} with a different {'; '.join(differs)}.")

@@ -15,6 +15,8 @@ class Command(BaseCommand):
         parser.add_argument("--state", default="", metavar="JSON",
                             help="initial shared state, a JSON object")
         parser.add_argument("--title", default="")
+        parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                            help="a run parameter the spec declares (repeat for more)")
 
     def handle(self, *args, **options):
         state = None
@@ -23,11 +25,17 @@ class Command(BaseCommand):
                 state = json.loads(options["state"])
             except json.JSONDecodeError as exc:
                 raise CommandError(f"--state is not valid JSON: {exc}") from None
+        params = {}
+        for item in options["param"]:
+            name, sep, value = item.partition("=")
+            if not sep or not name:
+                raise CommandError(f"--param {item!r}: give NAME=VALUE")
+            params[name] = value
         try:
             opened = engine.open_run(
                 options["spec"], actor="manage.py start_run", goal=options["goal"],
                 idempotency_key=options["idempotency_key"], shared_state=state,
-                title=options["title"],
+                title=options["title"], params=params if options["param"] else None,
             )
         except engine.WorkflowError as exc:
             raise CommandError(str(exc)) from None
