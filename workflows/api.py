@@ -192,7 +192,7 @@ def list_specs(request):
     return selectors.active_specs()
 
 
-@router.get("/specs/{name}", response={200: SpecDetail, 401: Error, 404: Error},
+@router.get("/specs/{name}", response={200: SpecDetail, 400: Error, 401: Error, 404: Error},
             summary="A spec's versions, definitions and runs per version")
 def get_spec(request, name: Annotated[str, Path(min_length=1, max_length=100)]):
     detail = selectors.spec_detail(name)
