@@ -3,7 +3,7 @@ skip, cancel) for scripts and agents. Every write goes through the engine."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
 from django.http import Http404
@@ -244,8 +244,15 @@ def create_run(request, payload: RunIn):
 def list_runs(request, status: RunStatusName | None = None,
               spec: str | None = Query(None, max_length=100),
               goal: int | None = Query(None, ge=1, le=MAX_ID),
+              q: str = Query("", max_length=200,
+                             description="title, idempotency key, spec name or requester"),
+              requester: str = Query("", max_length=150),
+              opened_from: date | None = None, opened_to: date | None = None,
+              finished_from: date | None = None, finished_to: date | None = None,
               limit: int = Query(50, ge=1, le=200), offset: int = Query(0, ge=0, le=MAX_ID)):
-    runs = selectors.runs(status=status or "", spec=spec or "", goal=goal)
+    runs = selectors.runs(status=status or "", spec=spec or "", goal=goal, q=q,
+                          requester=requester, opened_from=opened_from, opened_to=opened_to,
+                          finished_from=finished_from, finished_to=finished_to)
     return {"count": runs.count(), "results": [run_out(r) for r in runs[offset:offset + limit]]}
 
 
@@ -335,3 +342,10 @@ class RecoverOut(Schema):
 def recover(request, run_id: Id):
     verdicts = recover_run(get_run(run_id), actor=request.user)
     return {"checked": [vars(v) for v in verdicts], "run": fresh_run(run_id)}
+
+
+@router.get("/runs/{run_id}/audit", response={200: dict[str, Any], 400: Error, 401: Error,
+                                               404: Error},
+            summary="The run's timeline and decisions, for the record")
+def run_audit(request, run_id: Id):
+    return selectors.run_audit(get_run(run_id))

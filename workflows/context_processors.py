@@ -3,6 +3,8 @@ def inbox(request):
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {}
+    from .permissions import can_export_audit
     from .selectors import inbox_count
 
-    return {"inbox_count": lambda: inbox_count(user)}
+    return {"inbox_count": lambda: inbox_count(user),
+            "can_export_audit": lambda: can_export_audit(user)}

@@ -323,7 +323,8 @@ class Approval(models.Model):
 
     class Meta:
         ordering = ["at", "id"]
-        indexes = [models.Index(fields=["group", "at"])]
+        indexes = [models.Index(fields=["group", "at"]), models.Index(fields=["at"])]
+        permissions = [("export_audit", "Can export every decision (the audit page)")]
         constraints = [
             models.UniqueConstraint(
                 fields=["step", "attempt", "user"], name="approval_one_per_user_attempt"

@@ -114,3 +114,9 @@ def runs_programs(definition: dict) -> bool:
             if isinstance(block, dict) and ("command" in block or "shell" in block):
                 return True
     return False
+
+
+def can_export_audit(user) -> bool:
+    """Staff and managers (workflows.export_audit) may export every decision."""
+    return bool(user.is_authenticated and (user.is_staff or user.has_perm(
+        "workflows.export_audit")))

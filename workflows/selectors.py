@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, F, QuerySet, Value
+from django.db.models import Count, F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 
 from .engine import NotFound
@@ -15,8 +15,12 @@ def inbox_count(user) -> int:
     return decidable_by(user).count()
 
 
-def runs(*, status: str = "", spec: str = "", goal: int | None = None) -> QuerySet[Run]:
-    """Runs, newest first, filtered as the runs page and `GET /api/runs` ask."""
+def runs(*, status: str = "", spec: str = "", goal: int | None = None, q: str = "",
+         requester: str = "", opened_from=None, opened_to=None, finished_from=None,
+         finished_to=None) -> QuerySet[Run]:
+    """Runs, newest first (stable for paging), filtered and searched as the runs page and
+    `GET /api/runs` ask. `q` matches title, idempotency key, spec name or requester; the
+    dates are inclusive days."""
     found = Run.objects.select_related("spec", "goal", "requested_by").order_by("-created_at",
                                                                                "-id")
     if status in RunStatus.values:
@@ -25,7 +29,28 @@ def runs(*, status: str = "", spec: str = "", goal: int | None = None) -> QueryS
         found = found.filter(spec_name=spec)
     if goal is not None:
         found = found.filter(goal_id=goal)
+    if q := q.strip():
+        found = found.filter(Q(title__icontains=q) | Q(idempotency_key__icontains=q)
+                             | Q(spec_name__icontains=q) | Q(requested_by__username__iexact=q))
+    if requester:
+        found = found.filter(requested_by__username=requester)
+    for field, start, end in (("created_at", opened_from, opened_to),
+                              ("finished_at", finished_from, finished_to)):
+        if start:
+            found = found.filter(**{f"{field}__date__gte": start})
+        if end:
+            found = found.filter(**{f"{field}__date__lte": end})
     return found
+
+
+def parse_day(value: str):
+    """A YYYY-MM-DD from a query string, or None when it is not one."""
+    from datetime import date
+
+    try:
+        return date.fromisoformat(value) if value else None
+    except ValueError:
+        return None
 
 
 def timeline(run: Run, *, first_seq: int = 1) -> list[Checkpoint]:
@@ -99,3 +124,44 @@ def spec_detail(name: str) -> dict | None:
     return {"name": name, "active_version": active, "versions": [
         {"version": v.version, "status": v.status, "created_at": v.created_at,
          "runs": v.run_count, "definition": v.definition} for v in versions]}
+
+
+TIMELINE_COLUMNS = ["seq", "at", "kind", "step", "actor", "run_status", "step_status",
+                    "summary"]
+DECISION_COLUMNS = ["at", "run", "run_title", "step", "step_title", "attempt", "user",
+                    "decision", "group", "comment", "values", "waited_seconds"]
+
+
+def run_audit(run: Run) -> dict:
+    """A run's timeline and decisions, as plain values for JSON and CSV."""
+    timeline_rows = [{"seq": c.seq, "at": c.at.isoformat(), "kind": c.kind,
+                      "step": c.step_key or None, "actor": c.actor_name,
+                      "run_status": c.run_status, "step_status": c.step_status,
+                      "summary": c.summary, "evidence": c.evidence,
+                      "state_patch": c.state_patch} for c in timeline(run)]
+    return {"run": run.pk, "title": run.title, "spec": run.spec_name,
+            "timeline": timeline_rows, "decisions": list(decision_rows(
+                Approval.objects.filter(step__run=run)))}
+
+
+def decisions(start=None, end=None) -> QuerySet[Approval]:
+    """Every decision in an inclusive day range, oldest first."""
+    found = Approval.objects.order_by("at", "pk")
+    if start:
+        found = found.filter(at__date__gte=start)
+    if end:
+        found = found.filter(at__date__lte=end)
+    return found
+
+
+def decision_rows(approvals: QuerySet[Approval]):
+    """Decisions as dicts, streamed from the database a chunk at a time."""
+    rows = approvals.values_list("at", "step__run_id", "step__run__title", "step__key",
+                                 "step__title", "attempt", "user__username", "decision",
+                                 "group", "comment", "waited_seconds")
+    for row in rows.iterator(chunk_size=2000):
+        at, run_id, title, key, step_title, attempt, user, decision, group, comment, waited = row
+        yield {"at": at.isoformat(), "run": run_id, "run_title": title, "step": key,
+               "step_title": step_title, "attempt": attempt, "user": user,
+               "decision": decision, "group": group, "comment": comment, "values": {},
+               "waited_seconds": waited}

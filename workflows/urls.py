@@ -12,5 +12,7 @@ urlpatterns = [
     path("runs/<int:pk>/", views.run_detail, name="run_detail"),
     path("runs/<int:pk>/cancel/", views.run_cancel, name="run_cancel"),
     path("runs/<int:pk>/recover/", views.run_recover, name="run_recover"),
+    path("runs/<int:pk>/audit/", views.run_audit, name="run_audit"),
+    path("audit/", views.audit, name="audit"),
     path("runs/<int:pk>/steps/<str:key>/<str:action>/", views.step_action, name="step_action"),
 ]

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import HttpResponse, HttpResponseForbidden
+from django.http import HttpResponse, HttpResponseForbidden, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from tollgate.exports import csv_rows
 from tollgate.query import int_param
 
 from . import engine, selectors
@@ -23,6 +24,7 @@ from .models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, StepStatu
 from .permissions import (
     can_cancel,
     can_decide,
+    can_export_audit,
     can_operate,
     can_retry,
     can_skip,
@@ -102,14 +104,22 @@ def run_detail(request, pk: int):
 
 @require_GET
 def run_list(request):
-    filters = {key: request.GET.get(key, "") for key in ("status", "spec", "goal", "mine")}
+    names = ("q", "status", "spec", "goal", "requester", "opened_from", "opened_to",
+             "finished_from", "finished_to", "mine")
+    filters = {key: request.GET.get(key, "").strip()[:200] for key in names}
     goal = int_param(request.GET, "goal")
     filters["goal"] = "" if goal is None else str(goal)
-    runs = selectors.runs(status=filters["status"], spec=filters["spec"], goal=goal)
+    days = {}
+    for key in ("opened_from", "opened_to", "finished_from", "finished_to"):
+        days[key] = selectors.parse_day(filters[key])
+        if days[key] is None:
+            filters[key] = ""  # not a date: ignored, and not kept in the form
+    runs = selectors.runs(status=filters["status"], spec=filters["spec"], goal=goal,
+                          q=filters["q"], requester=filters["requester"], **days)
     if filters["mine"]:
         runs = runs.filter(pk__in=decidable_by(request.user).values("run_id"))
     page = Paginator(runs, 25).get_page(request.GET.get("page"))
-    query = "&".join(f"{k}={v}" for k, v in filters.items() if v)
+    query = urlencode({k: v for k, v in filters.items() if v})
     return render(request, "workflows/run_list.html", {
         "page": page, "filters": filters, "query": query, "statuses": RunStatus.choices,
         "spec_names": WorkflowSpec.objects.order_by("name").values_list("name", flat=True)
@@ -270,3 +280,41 @@ def start_run(request, name: str):
         status = 200
     return render(request, "workflows/start_run.html",
                   {"spec": spec, "form": form, "error": error}, status=status)
+
+
+@require_GET
+def run_audit(request, pk: int):
+    """A run's timeline and decisions, as JSON or CSV (`?format=csv`)."""
+    run = get_object_or_404(Run, pk=pk)
+    audit = selectors.run_audit(run)
+    if request.GET.get("format") == "csv":
+        rows = [["timeline", *[c.get(k, "") for k in selectors.TIMELINE_COLUMNS]]
+                for c in audit["timeline"]]
+        rows += [["decision", *[d[k] for k in selectors.DECISION_COLUMNS]]
+                 for d in audit["decisions"]]
+        header = ["record", *selectors.TIMELINE_COLUMNS, "|", *selectors.DECISION_COLUMNS]
+        response = StreamingHttpResponse(csv_rows(rows, header), content_type="text/csv")
+        response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-audit.csv"'
+        return response
+    response = JsonResponse(audit, json_dumps_params={"indent": 2})
+    response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-audit.json"'
+    return response
+
+
+@require_GET
+def audit(request):
+    """Every decision in a date range, streamed as CSV (staff and managers)."""
+    if not can_export_audit(request.user):
+        return HttpResponseForbidden("Exporting the audit trail needs staff or the "
+                                     "export_audit permission.")
+    start = selectors.parse_day(request.GET.get("from", ""))
+    end = selectors.parse_day(request.GET.get("to", ""))
+    if request.GET.get("format") != "csv":
+        return render(request, "workflows/audit.html", {
+            "start": start, "end": end, "count": selectors.decisions(start, end).count()})
+    rows = ([d[k] for k in selectors.DECISION_COLUMNS]
+            for d in selectors.decision_rows(selectors.decisions(start, end)))
+    response = StreamingHttpResponse(csv_rows(rows, selectors.DECISION_COLUMNS),
+                                     content_type="text/csv")
+    response["Content-Disposition"] = 'attachment; filename="tollgate-decisions.csv"'
+    return response

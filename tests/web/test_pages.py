@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from goals.models import Goal
@@ -295,7 +296,8 @@ class TestQueryCounts:
         # lookups (user and group permissions) and the inbox count
         with django_assert_num_queries(10):
             client.get(f"/runs/{waiting.pk}/")
-        with django_assert_num_queries(4):  # session, user, gates, inbox count
+        # session, user, gates, inbox count, and the two permission lookups of the nav
+        with django_assert_num_queries(6):
             client.get("/")
 
     def test_run_list_is_constant(self, client, release_spec, people):
@@ -352,3 +354,99 @@ class TestSkip:
         assert run.steps.get(key="qa").status == "waiting_approval"
         assert Checkpoint.objects.filter(run=run, kind="step_skipped",
                                          summary="built elsewhere").exists()
+
+
+class TestSearch:
+    @pytest.fixture
+    def runs(self, release_spec, people):
+        nightly = engine.open_run(release_spec, actor=people["alice"], title="Nightly 42",
+                                  idempotency_key="nightly-42").run
+        hotfix = engine.open_run(release_spec, actor=people["bob"], title="Hotfix").run
+        engine.cancel_run(hotfix)
+        return nightly, hotfix
+
+    def test_free_text_requester_and_dates(self, client, runs, people):
+        nightly, hotfix = runs
+        as_user(client, people["dave"])
+
+        def found(query):
+            body = client.get(f"/runs/?{query}").content.decode()
+            return {run.title for run in runs if f"#{run.pk} {run.title}" in body}
+
+        assert found("q=nightly") == {"Nightly 42"}
+        assert found("q=NIGHTLY-42") == {"Nightly 42"}  # the idempotency key
+        assert found("q=bob") == {"Hotfix"}  # the requester
+        assert found("requester=alice") == {"Nightly 42"}
+        today = nightly.created_at.date().isoformat()
+        assert found(f"opened_from={today}&opened_to={today}") == {"Nightly 42", "Hotfix"}
+        assert found(f"finished_from={today}") == {"Hotfix"}
+        assert found("opened_from=2001-01-01&opened_to=2001-01-02") == set()
+        assert found("opened_from=not-a-date") == {"Nightly 42", "Hotfix"}  # ignored
+
+    def test_api_search(self, runs, people):
+        from django.test import Client
+
+        from workflows.models import ApiToken
+
+        token = ApiToken.objects.issue(people["dave"])[1]
+        api = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+        body = api.get("/api/runs", {"q": "hotfix"}).json()
+        assert body["count"] == 1 and body["results"][0]["title"] == "Hotfix"
+        assert api.get("/api/runs", {"opened_from": "nope"}).status_code == 400
+
+    def test_search_takes_the_same_queries_whatever_the_data(self, client, runs, people,
+                                                             release_spec):
+        as_user(client, people["dave"])
+        url = "/runs/?q=e&requester=alice"
+        with CaptureQueriesContext(connection) as small:
+            client.get(url)
+        for i in range(30):
+            engine.open_run(release_spec, actor=people["alice"], title=f"More {i}")
+        with CaptureQueriesContext(connection) as large:
+            client.get(url)
+        assert len(small) == len(large)
+
+
+class TestAuditExport:
+    def test_a_run_downloads_as_json_and_csv(self, client, waiting, people):
+        engine.approve(waiting, "qa", user=people["bob"], comment="=SUM(A1)")
+        as_user(client, people["dave"])
+        data = client.get(f"/runs/{waiting.pk}/audit/").json()
+        assert [c["kind"] for c in data["timeline"]][:3] == [
+            "run_opened", "step_started", "step_completed"]
+        assert data["decisions"][0]["user"] == "bob"
+        body = b"".join(client.get(f"/runs/{waiting.pk}/audit/?format=csv")
+                        .streaming_content).decode()
+        assert "decision" in body and "'=SUM(A1)" in body and "step_completed" in body
+
+    def test_audit_page_is_for_staff_and_managers(self, client, waiting, people):
+        from django.contrib.auth.models import Permission
+
+        engine.approve(waiting, "qa", user=people["bob"], comment="fine")
+        as_user(client, people["bob"])
+        assert client.get("/audit/").status_code == 403
+        people["dave"].user_permissions.add(Permission.objects.get(codename="export_audit"))
+        as_user(client, people["dave"])
+        assert "1 decision in this range" in client.get("/audit/").content.decode()
+        response = client.get("/audit/?format=csv&from=2000-01-01")
+        lines = b"".join(response.streaming_content).decode().splitlines()
+        assert lines[0].startswith("at,run,run_title,step") and len(lines) == 2
+        assert ",bob,approve,qa,fine," in lines[1]
+
+    def test_the_export_streams_in_constant_queries(self, client, waiting, people):
+        from workflows.models import Approval
+
+        as_user(client, make_admin())
+        step = waiting.steps.get(key="qa")
+        Approval.objects.bulk_create(Approval(step=step, attempt=i + 10, user=people["bob"],
+                                              decision="approve") for i in range(3000))
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get("/audit/?format=csv")
+            lines = sum(1 for _ in response.streaming_content)
+        assert lines == 3001 and len(queries) < 12
+
+
+def make_admin():
+    from ..conftest import make_user
+
+    return make_user("auditor", is_staff=True)

@@ -43,6 +43,7 @@ class Command(BaseCommand):
         for name in ["qa", "release-managers", "operators", "managers"]:
             groups[name], _ = Group.objects.get_or_create(name=name)
         groups["operators"].permissions.add(*operate)
+        groups["managers"].permissions.add(Permission.objects.get(codename="export_audit"))
         users = {}
         for name, (member_of, staff, superuser, _) in USERS.items():
             user, created = User.objects.get_or_create(
