@@ -349,3 +349,16 @@ def recover(request, run_id: Id):
             summary="The run's timeline and decisions, for the record")
 def run_audit(request, run_id: Id):
     return selectors.run_audit(get_run(run_id))
+
+
+class AddStepsIn(Schema):
+    steps: list[dict[str, Any]] = Field(min_length=1, max_length=200,
+                                        description="steps as in a spec")
+
+
+@router.post("/runs/{run_id}/steps", response={201: RunOut, 400: Error, 401: Error, 403: Error,
+                                                404: Error, 409: Error},
+             summary="Add steps to an open run (the requester or an operator)")
+def add_steps(request, run_id: Id, payload: AddStepsIn):
+    engine.add_steps(get_run(run_id), payload.steps, actor=request.user)
+    return Status(201, fresh_run(run_id))

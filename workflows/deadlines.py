@@ -1,11 +1,11 @@
-"""Approval deadlines: gates past their deadline are rejected or escalated by the engine."""
+"""Deadlines: gates past theirs are rejected or escalated, wait steps fail or are skipped."""
 
 from __future__ import annotations
 
 from django.utils import timezone
 
 from . import engine
-from .models import Step, StepStatus
+from .models import Step, StepKind, StepStatus
 
 
 def apply(now=None, limit: int = 1000) -> int:
@@ -13,4 +13,7 @@ def apply(now=None, limit: int = 1000) -> int:
     now = now or timezone.now()
     overdue = (Step.objects.filter(status=StepStatus.WAITING_APPROVAL, deadline_at__lte=now)
                .order_by("deadline_at").values_list("pk", flat=True)[:limit])
-    return sum(1 for step_id in list(overdue) if engine.expire_gate(step_id))
+    gates = sum(1 for step_id in list(overdue) if engine.expire_gate(step_id))
+    waits = (Step.objects.filter(kind=StepKind.WAIT, deadline_at__lte=now)
+             .order_by("deadline_at").values_list("pk", flat=True)[:limit])
+    return gates + sum(1 for step_id in list(waits) if engine.expire_wait(step_id))

@@ -67,6 +67,7 @@ OPEN_STEP_STATUSES = (StepStatus.PENDING, *UNDER_WAY_STEP_STATUSES)
 class StepKind(models.TextChoices):
     RUN = "run"
     APPROVAL = "approval"
+    WAIT = "wait", "waits for a report"  # never claimed by a worker
 
 
 class WorkflowSpec(models.Model):
@@ -212,6 +213,8 @@ class Step(models.Model):
     child_pgid = models.PositiveIntegerField(null=True, blank=True)
     # When the sweeper found the lease overdue with its holder alive (noted once an attempt).
     overdue_noted_at = models.DateTimeField(null=True, blank=True)
+    # Who added the step while the run ran (empty for the spec's own steps).
+    added_by = models.CharField(max_length=200, blank=True)
     last_summary = models.TextField(blank=True)
     last_evidence = models.JSONField(default=dict, blank=True)
     last_state_patch = models.JSONField(default=dict, blank=True)
@@ -244,6 +247,11 @@ class Step(models.Model):
                 fields=["deadline_at"],
                 condition=Q(status="waiting_approval", deadline_at__isnull=False),
                 name="step_gate_deadline_idx",
+            ),
+            models.Index(
+                fields=["deadline_at"],
+                condition=Q(kind="wait", deadline_at__isnull=False),
+                name="step_wait_deadline_idx",
             ),
             # A run's frontier without reading its other steps, already in step order.
             models.Index(fields=["run", "index"], condition=STEP_FRONTIER,
@@ -344,6 +352,8 @@ class CheckpointKind(models.TextChoices):
     STEP_FAILED = "step_failed"
     STEP_RETRIED = "step_retried"
     STEP_SKIPPED = "step_skipped"
+    STEP_ADDED = "step_added", "step added at run time"
+    WAIT_TIMED_OUT = "wait_timed_out"
     STALE_RESULT = "stale_result"
     TRANSITION = "transition", "reported by an agent"
     APPROVAL_RECORDED = "approval_recorded"

@@ -96,6 +96,9 @@ def resume_state(run) -> dict:
     if move == "blocked":
         return answer(move, True, step, f"{step.title} is blocked: "
                       f"{step.last_summary or 'no reason given'}.")
+    if move == "awaiting_report":
+        return answer(move, True, step, f"{step.title} waits for a report: POST "
+                      f"/api/runs/{run.pk}/transition with step {step.key!r}.")
     if move == "ready":
         return answer(move, True, step, f"{step.title} is ready to start.")
     return answer(run.status, False, None, f"Run {run.pk} is {run.status}.")

@@ -20,8 +20,9 @@ TOP_FIELDS = {"name", "version", "description", "steps", "params"}
 STEP_FIELDS = {
     "key", "title", "description", "depends_on", "run", "approval", "max_retries",
     "retry_backoff_seconds", "retry_backoff", "retry_backoff_max_seconds",
-    "continue_on_failure", "compensation",
+    "continue_on_failure", "compensation", "timeout_seconds", "on_timeout",
 }
+WAIT_OUTCOMES = ("fail", "skip")
 ACTION_FIELDS = {"command", "shell", "callable", "timeout_seconds", "cwd", "env"}
 APPROVAL_FIELDS = {
     "group", "required", "allow_self_approval", "timeout_seconds", "on_timeout", "escalate_to",
@@ -177,9 +178,9 @@ def _validate_step(index: int, step) -> dict:
     _text(where, step, "title")
     _text(where, step, "description")
     _unknown(where, step, STEP_FIELDS)
-    if ("run" in step) == ("approval" in step):
-        _fail(where, "needs exactly one of run or approval"
-              + (" (got both)" if "run" in step else " (got neither)"))
+    if "run" in step and "approval" in step:
+        _fail(where, "needs at most one of run or approval (got both); a step with neither "
+                     "waits for a report")
     depends_on = step.get("depends_on", [])
     if not isinstance(depends_on, list) or not all(isinstance(d, str) for d in depends_on):
         _fail(where, "depends_on must be a list of step keys")
@@ -197,15 +198,32 @@ def _validate_step(index: int, step) -> dict:
     if not isinstance(step.get("continue_on_failure", False), bool):
         _fail(where, "continue_on_failure must be true or false")
     normal = {**step, "title": step.get("title") or key, "depends_on": depends_on}
+    if ("timeout_seconds" in step or "on_timeout" in step) and (
+            "run" in step or "approval" in step):
+        _fail(where, "timeout_seconds and on_timeout at the step belong to a wait step (put "
+                     "them in run or approval)")
     if "run" in step:
         normal["run"] = _validate_action(f"{where} run", step["run"])
-    else:
+    elif "approval" in step:
         normal["approval"] = _validate_approval(f"{where} approval", step["approval"])
         if "max_retries" in step or "compensation" in step:
             _fail(where, "an approval step has no retries or compensation")
+    else:  # a wait step: an agent, a person or another system reports it
+        if "max_retries" in step or "compensation" in step:
+            _fail(where, "a wait step has no retries or compensation")
+        _number(where, step, "timeout_seconds", positive=True)
+        if step.get("on_timeout", "fail") not in WAIT_OUTCOMES:
+            _fail(where, f"on_timeout must be one of {', '.join(WAIT_OUTCOMES)}")
+        if "on_timeout" in step and "timeout_seconds" not in step:
+            _fail(where, "on_timeout needs timeout_seconds")
     if "compensation" in step:
         normal["compensation"] = _validate_action(f"{where} compensation", step["compensation"])
     return normal
+
+
+def validate_step(index: int, step) -> dict:
+    """One step, validated and normalised as in a spec (for steps added to a running run)."""
+    return _validate_step(index, step)
 
 
 def _find_cycle(steps: list[dict]) -> str | None:

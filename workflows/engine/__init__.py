@@ -18,13 +18,14 @@ from .errors import IllegalTransition, InvalidInput, NotFound, NotPermitted, Wor
 from .gates import approve, expire_gate, reject
 from .moves import require_operator
 from .rules import RUN_HAS_HARD_FAILURE, next_move, ready_filter, ready_steps, retry_delay
-from .runs import Opened, cancel_run, open_run
+from .runs import Opened, add_steps, cancel_run, open_run
 from .steps import (
     AGENT_STATUSES,
     Chain,
     claim_step,
     complete_step,
     expire_lease,
+    expire_wait,
     fail_step,
     note_lease_overdue,
     note_sweep_failure,
@@ -41,8 +42,9 @@ release_compensation = compensations.release
 
 __all__ = [
     "AGENT_STATUSES", "RUN_HAS_HARD_FAILURE", "Announcement", "Chain", "IllegalTransition",
-    "InvalidInput", "NotFound", "NotPermitted", "Opened", "WorkflowError", "approve",
-    "cancel_run", "claim_step", "complete_step", "expire_gate", "expire_lease", "fail_step",
+    "InvalidInput", "NotFound", "NotPermitted", "Opened", "WorkflowError", "add_steps", "approve",
+    "cancel_run", "claim_step", "complete_step", "expire_gate", "expire_lease", "expire_wait",
+    "fail_step",
     "compensations", "mark_rung", "next_move", "note_lease_overdue", "note_sweep_failure",
     "open_run", "ready_filter", "ready_steps", "record_child", "record_transition", "reject",
     "release_compensation", "renew_lease", "renew_leases", "require_operator", "retry_delay",

@@ -15,7 +15,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from ..models import Checkpoint, Compensation, Run, RunStatus, Step, StepKind, StepStatus
-from .moves import close_gate, open_gate
+from .moves import close_gate, open_gate, start_waiting
 from .rows import (
     RUN_COLUMNS,
     actor_of,
@@ -61,8 +61,9 @@ def commit(run: Run, kind: str, *, actor, step: Step | None = None, summary: str
         save_step(gate) if isinstance(gate, Step) else gate.save()
     run.checkpoint_seq += 1
     run.save(update_fields=RUN_COLUMNS)
-    if opened:
-        evidence = {**(evidence or {}), "gates_opened": [gate.key for gate in opened]}
+    gates = [gate.key for gate in opened if gate.kind == StepKind.APPROVAL]
+    if gates:
+        evidence = {**(evidence or {}), "gates_opened": gates}
     checkpoint = _append_checkpoint(run, kind, actor, step, summary, evidence, state_patch, now)
     _announce(run, checkpoint, frontier, failed, previous_status)
     return checkpoint
@@ -78,13 +79,19 @@ def _save_acted(run: Run, step: Step | None) -> list:
 
 
 def _open_gates(run: Run, frontier, failed, now) -> list:
-    """Gates whose dependencies have settled start waiting on their approvers."""
+    """Gates whose dependencies have settled start waiting on their approvers; wait steps
+    start waiting for their report (and their timeout)."""
     if run.status == RunStatus.CANCELLED or failed:
         return []
     opened = [gate for gate in frontier
               if gate.kind == StepKind.APPROVAL and gate.status == StepStatus.PENDING]
     for gate in opened:
         open_gate(gate, now)
+    for step in frontier:
+        if (step.kind == StepKind.WAIT and step.status == StepStatus.PENDING
+                and step.waiting_on == 0 and step.waiting_since is None):
+            start_waiting(step, now)
+            opened.append(step)
     return opened
 
 

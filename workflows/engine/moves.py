@@ -84,5 +84,16 @@ def open_gate(gate, now) -> None:
         timeout) else None
 
 
+def start_waiting(step, now) -> None:
+    """A wait step's dependencies have settled: it waits for its report, until its
+    timeout if the spec sets one."""
+    config = step.config if isinstance(step, Step) else (
+        Step.objects.filter(pk=step.pk).values_list("config", flat=True).first() or {})
+    step.waiting_since = now
+    timeout = config.get("timeout_seconds")
+    step.deadline_at = now + timedelta(seconds=min(timeout, MAX_DELAY_SECONDS * 5)) if (
+        timeout) else None
+
+
 def close_gate(gate) -> None:
     gate.deadline_at = None

@@ -91,10 +91,11 @@ def tell_dependents(run: Run, step: Step) -> None:
 
 FRONTIER_FIELDS = (
     "id", "key", "index", "title", "status", "kind", "continue_on_failure", "attempt",
-    "retry_after", "rung_at", "approval_group", "last_summary", "waiting_on",
+    "retry_after", "rung_at", "approval_group", "last_summary", "waiting_on", "waiting_since",
 )
-# What a commit may change on a frontier step it does not act on (gates opening or closing).
-FRONTIER_WRITABLE = ("waiting_since", "deadline_at")
+# What else a commit may change on a frontier step it does not act on (gates and wait steps
+# starting to wait).
+FRONTIER_WRITABLE = ("deadline_at",)
 
 
 class StepState:

@@ -64,6 +64,15 @@ def may_start(run: Run, step, now) -> bool:
     return not (run.is_terminal or step.run_has_hard_failure) and is_ready(step, now)
 
 
+def may_report(run: Run, step, now) -> bool:
+    """An agent may start reporting on a step that is ready, or on a wait step whose
+    dependencies have settled."""
+    waiting = (step.kind == StepKind.WAIT and step.status == StepStatus.PENDING
+               and step.waiting_on == 0)
+    return not (run.is_terminal or step.run_has_hard_failure) and (
+        waiting or is_ready(step, now))
+
+
 def run_status(run: Run, frontier, *, unsettled: bool, moved: bool) -> str:
     """The run's status from its frontier: the one place this rule is written."""
     if run.status == RunStatus.CANCELLED:
@@ -94,13 +103,18 @@ MOVES = (
 
 def next_move(steps, ready=None) -> tuple[str, object | None]:
     """(what kind of move, the step it is on): running, retrying, retry_available,
-    waiting_approval, blocked, ready, or ("", None) when nothing can move the run."""
+    waiting_approval, blocked, awaiting_report, ready, or ("", None) when nothing can move
+    the run."""
     steps = list(steps)
     for status, move in MOVES:
         for step in steps:
             if step.status == status and (status != StepStatus.FAILED
                                           or not step.continue_on_failure):
                 return move, step
+    for step in steps:
+        if step.kind == StepKind.WAIT and step.status == StepStatus.PENDING and (
+                step.waiting_on == 0):
+            return "awaiting_report", step
     if ready is not None:
         return "ready", ready
     return "", None
@@ -117,6 +131,7 @@ def next_action(steps, ready=None) -> tuple[str, str]:
         "retry_available": f"{step.title} failed; retry or cancel",
         "waiting_approval": f"Approve {step.title} ({step.approval_group} group)",
         "blocked": f"{step.title} is blocked: {step.last_summary}".strip(),
+        "awaiting_report": f"{step.title} waits for a report",
         "ready": f"{step.title} is ready to start",
     }[move]
 

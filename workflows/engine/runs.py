@@ -27,7 +27,8 @@ from ..params import FieldErrors, coerce
 from .commit import commit
 from .errors import IllegalTransition, InvalidInput, NotFound, NotPermitted
 from .moves import check_value, require_open, require_operator
-from .rows import actor_of, lock_run
+from .rows import actor_of, load_step, lock_run
+from .rules import SETTLED_STATUSES
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,8 @@ def _new_steps(run: Run, items: list[dict]) -> list[Step]:
     dependents: dict[str, list[str]] = {item["key"]: [] for item in items}
     for item in items:
         for dep in item.get("depends_on", []):
-            dependents[dep].append(item["key"])
+            if dep in dependents:  # a step added later may depend on steps already there
+                dependents[dep].append(item["key"])
     steps = []
     for index, item in enumerate(items):
         approval = item.get("approval") or {}
@@ -153,7 +155,8 @@ def _new_steps(run: Run, items: list[dict]) -> list[Step]:
             depends_on=item.get("depends_on", []),
             dependents=dependents[item["key"]],
             waiting_on=len(item.get("depends_on", [])),
-            kind=StepKind.APPROVAL if approval else StepKind.RUN,
+            kind=(StepKind.APPROVAL if approval else StepKind.RUN if "run" in item
+                  else StepKind.WAIT),
             config=item,
             continue_on_failure=item.get("continue_on_failure", False),
             max_retries=item.get("max_retries", 0),
@@ -193,3 +196,55 @@ def cancel_run(run, *, actor=None, reason: str = "") -> Checkpoint | None:
         run.error = reason
         return commit(run, CheckpointKind.RUN_CANCELLED, actor=actor,
                       summary=reason or "Run cancelled", evidence={"cancelled_steps": cancelled})
+
+
+def add_steps(run, items, *, actor=None) -> list[Checkpoint]:
+    """Add steps to an open run while it runs (one checkpoint each): validated like a spec's
+    steps, keys unique in the run, dependencies only on steps that exist (or come earlier in
+    `items`), so the graph stays acyclic. An added step may be a gate."""
+    from ..specs import SpecError, validate_step
+
+    if not isinstance(items, list) or not items:
+        raise InvalidInput("steps must be a non-empty list of steps.")
+    with transaction.atomic():
+        run = lock_run(run)
+        if permissions.is_person(actor) and run.requested_by_id != actor.pk and not (
+                permissions.can_operate(actor)):
+            raise NotPermitted(f"Only the run's requester or an operator may add steps to run "
+                               f"{run.pk}.")
+        require_open(run, "add steps")
+        existing = dict(Step.objects.filter(run=run).values_list("key", "status"))
+        known = set(existing)
+        try:
+            normal = [validate_step(i, item) for i, item in enumerate(items)]
+        except SpecError as exc:
+            raise InvalidInput(str(exc)) from None
+        for item in normal:
+            key = item["key"]
+            if key in known:
+                raise InvalidInput(f"step {key!r}: the run already has a step {key!r}.")
+            unknown = [dep for dep in item["depends_on"] if dep not in known]
+            if unknown:
+                raise InvalidInput(f"step {key!r}: depends_on names unknown step {unknown[0]!r} "
+                                   "(an added step may depend only on steps that exist)")
+            known.add(key)
+        index = (Step.objects.filter(run=run).order_by("-index")
+                 .values_list("index", flat=True).first() or 0) + 1
+        name = actor_of(actor)[1]
+        checkpoints = []
+        for offset, step in enumerate(_new_steps(run, normal)):
+            step.index = index + offset
+            step.added_by = name[:200]
+            step.waiting_on = sum(1 for dep in step.depends_on
+                                  if existing.get(dep) not in SETTLED_STATUSES)
+            step.save()
+            for dep in step.depends_on:
+                parent = Step.objects.filter(run=run, key=dep).only("dependents").first()
+                Step.objects.filter(pk=parent.pk).update(dependents=[*parent.dependents,
+                                                                     step.key])
+            existing[step.key] = step.status
+            loaded = load_step(run, pk=step.pk)
+            checkpoints.append(commit(run, CheckpointKind.STEP_ADDED, actor=actor, step=loaded,
+                                      summary=f"{step.title} added by {name}",
+                                      evidence={"step": normal[offset]}))
+        return checkpoints

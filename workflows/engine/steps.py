@@ -28,7 +28,7 @@ from .moves import (
     require_operator,
 )
 from .rows import load_step, lock_run, locked_by_step_id, step_of
-from .rules import may_start, retry_delay
+from .rules import may_report, may_start, retry_delay
 
 
 def start_step(run, key: str, *, actor=None, owner: str = "", lease_seconds=None) -> Step:
@@ -271,7 +271,7 @@ def record_transition(run, key: str, *, actor=None, step_status: str | None = No
         if step.kind == StepKind.APPROVAL:
             raise IllegalTransition(f"{key} is an approval gate; approvers decide it.")
         now = timezone.now()
-        ready = may_start(run, step, now)
+        ready = may_report(run, step, now)
         current = step.status
         if step_status in (None, ""):
             if current in (StepStatus.COMPLETED, StepStatus.SKIPPED, StepStatus.CANCELLED):
@@ -298,6 +298,8 @@ def record_transition(run, key: str, *, actor=None, step_status: str | None = No
                 step.finished_at = now
             elif step_status == StepStatus.FAILED:
                 fail_for_good(run, step, now, summary)
+            if step_status in (StepStatus.COMPLETED, StepStatus.FAILED):
+                close_gate(step)  # a wait step's timeout no longer applies
         patch = merge_state(run, state_patch)
         step.last_summary = summary or step.last_summary
         if evidence:
@@ -378,3 +380,23 @@ def note_sweep_failure(run_id: int, step_id: int | None, summary: str) -> Checkp
         step = load_step(run, pk=step_id) if step_id else None
         return commit(run, CheckpointKind.SWEEP_FAILED, actor="sweeper", step=step,
                       summary=summary[:2000])
+
+
+def expire_wait(step_id: int) -> Checkpoint | None:
+    """A wait step whose report did not come in time fails or is skipped, as its spec says."""
+    with locked_by_step_id(step_id) as (run, step):
+        now = timezone.now()
+        if (step is None or step.kind != StepKind.WAIT or run.is_terminal
+                or step.status not in (StepStatus.PENDING, StepStatus.RUNNING,
+                                       StepStatus.BLOCKED)
+                or step.deadline_at is None or step.deadline_at > now):
+            return None
+        waited = f"{step.config.get('timeout_seconds')}s"
+        close_gate(step)
+        summary = f"No report within {waited}"
+        if step.config.get("on_timeout") == "skip":
+            step.status, step.finished_at, step.last_summary = StepStatus.SKIPPED, now, summary
+        else:
+            fail_for_good(run, step, now, summary, f"no report within {waited}")
+        return commit(run, CheckpointKind.WAIT_TIMED_OUT, actor="deadline", step=step,
+                      summary=f"{summary}: {step.status}")
