@@ -97,3 +97,15 @@ def test_every_page_renders_and_is_captured(page, shoot, waiting_run):
     page.click("text=Cancel run…")
     page.wait_for_selector("#run-body[data-status=cancelled]")
     assert Run.objects.get(pk=waiting_run.pk).status == "cancelled"
+
+
+def test_a_refusal_stays_in_the_page_with_debug_on(page, settings, waiting_run):
+    settings.DEBUG = True  # as under `make run`
+    login(page, "carol")
+    page.goto(f"/runs/{waiting_run.pk}/")
+    page.evaluate("document.querySelectorAll('#step-qa [required]')"
+                  ".forEach(e => e.removeAttribute('required'))")
+    page.click("#step-qa button:has-text('Reject')")
+    page.wait_for_selector("[role=alert] >> text=A comment is required to reject.")
+    assert page.locator("header.bar").count() == 1  # the page is still there around it
+    assert page.locator("link[rel=stylesheet]").count() == 1

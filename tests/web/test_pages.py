@@ -450,3 +450,12 @@ def make_admin():
     from ..conftest import make_user
 
     return make_user("auditor", is_staff=True)
+
+
+def test_no_debug_handler_can_wipe_the_page_on_a_4xx(client, people, settings):
+    """With DEBUG on, django-htmx's error handler would replace the page with a bare 403/400
+    fragment; the page loads htmx without it, so a refusal renders inside the page."""
+    settings.DEBUG = True
+    client.force_login(people["bob"])
+    body = client.get("/").content.decode()
+    assert "htmx-2.min.js" in body and "django-htmx.js" not in body

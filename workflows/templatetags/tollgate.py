@@ -2,7 +2,9 @@ import json
 from datetime import timedelta
 
 from django import template
+from django.templatetags.static import static
 from django.utils import timezone
+from django.utils.html import format_html
 
 register = template.Library()
 
@@ -70,3 +72,12 @@ def label(value) -> str:
     """A status or kind as words: waiting_approval -> waiting for approval."""
     value = str(value or "")
     return WORDS.get(value, value.replace("_", " "))
+
+
+@register.simple_tag(takes_context=True)
+def htmx(context) -> str:
+    """django-htmx's vendored htmx, with the page's CSP nonce, but never its DEBUG error
+    handler: that one swaps the whole page for any 400/403, and Tollgate's 4xx answers to an
+    htmx press are fragments meant for the page (the refusal shown where it happened)."""
+    return format_html('<script src="{}" defer nonce="{}"></script>',
+                       static("django_htmx/htmx-2.min.js"), context.get("csp_nonce", ""))
