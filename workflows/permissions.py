@@ -97,8 +97,11 @@ def can_retry(user, run, step) -> bool:
 
 
 def can_skip(user, run, step) -> bool:
-    """Work steps only: a gate is never skipped."""
-    return (step.kind != "approval" and run.status in OPEN_RUN_STATUSES and can_operate(user)
+    """Work steps only: a gate is never skipped. A failed step may be skipped in a failed
+    run (the run then moves on)."""
+    run_allows = run.status in OPEN_RUN_STATUSES or (
+        run.status == RunStatus.FAILED and step.status == StepStatus.FAILED)
+    return (step.kind != "approval" and run_allows and can_operate(user)
             and step.status in (StepStatus.PENDING, StepStatus.FAILED, StepStatus.BLOCKED,
                                 StepStatus.RETRYING))
 

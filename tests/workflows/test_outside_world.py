@@ -130,3 +130,13 @@ class TestRunsThatGrow:
         client.force_login(people["dave"])
         body = client.get(f"/runs/{run.pk}/").content.decode()
         assert "added at run time by alice" in body and "waits for a report" in body
+
+
+def test_skipping_the_failure_of_a_failed_run_moves_it_on(release_spec, people):
+    run = engine.open_run(release_spec, actor=people["alice"]).run
+    engine.start_step(run, "build")
+    engine.fail_step(run, "build", retryable=False, summary="flaky")
+    assert status(run)["run"] == "failed"
+    engine.skip_step(run, "build", actor=people["alice"], reason="built by hand")
+    assert status(run) == {"run": "waiting_approval", "build": "skipped",
+                           "qa": "waiting_approval", "deploy": "pending", "notify": "pending"}

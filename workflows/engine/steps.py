@@ -194,14 +194,7 @@ def retry_step(run, key: str, *, actor=None) -> Checkpoint:
         if step.status != StepStatus.FAILED:
             raise IllegalTransition(f"Cannot retry {key}: it is {step.status}; "
                                     "only a failed step can be retried.")
-        if under_way(run):
-            raise IllegalTransition(f"Cannot retry {key}: the compensation of run {run.pk} is "
-                                    "still under way; retry once it has finished.")
-        # What compensation undid is not done any more: it runs again.
-        redo = Step.objects.filter(run=run, status=StepStatus.COMPENSATED)
-        redone = list(redo.values_list("key", flat=True))
-        redo.update(status=StepStatus.PENDING, compensated_at=None, rung_at=None,
-                    finished_at=None, attempt_base=F("attempt"), updated_at=timezone.now())
+        redone = _reopen_failed_run(run, key, "retry")
         step.finished_at = None
         step.retry_after = None
         if step.kind == StepKind.APPROVAL:
@@ -214,10 +207,26 @@ def retry_step(run, key: str, *, actor=None) -> Checkpoint:
             step.attempt_base = step.attempt  # a fresh window of automatic retries
             step.rung_at = None
         return commit(run, CheckpointKind.STEP_RETRIED, actor=actor, step=step,
-                      summary=f"Retry of {step.title} requested"
-                              + (f"; {', '.join(redone)} run again (compensated)"
-                                 if redone else ""),
+                      summary=f"Retry of {step.title} requested" + _rerun_note(redone),
                       evidence={"rerun_compensated": redone} if redone else None)
+
+
+def _reopen_failed_run(run: Run, key: str, verb: str) -> list[str]:
+    """Before a retry or a skip moves a failed run on: refuse while its compensation is
+    under way, and reopen what compensation undid (it is not done any more: it runs
+    again). Returns the keys reopened."""
+    if under_way(run):
+        raise IllegalTransition(f"Cannot {verb} {key}: the compensation of run {run.pk} is "
+                                f"still under way; {verb} once it has finished.")
+    redo = Step.objects.filter(run=run, status=StepStatus.COMPENSATED)
+    redone = list(redo.values_list("key", flat=True))
+    redo.update(status=StepStatus.PENDING, compensated_at=None, rung_at=None,
+                finished_at=None, attempt_base=F("attempt"), updated_at=timezone.now())
+    return redone
+
+
+def _rerun_note(redone: list[str]) -> str:
+    return f"; {', '.join(redone)} run again (compensated)" if redone else ""
 
 
 def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
@@ -234,18 +243,23 @@ def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
         require_operator(actor, f"skip {key}")
         if not (reason or "").strip():
             raise InvalidInput(f"A reason is required to skip {key}.")
-        # A failed run stays failed until a retry: skipping is for runs still in motion.
-        require_open(run, f"skip {key}")
         if step.status in (StepStatus.RUNNING, StepStatus.COMPLETED, StepStatus.SKIPPED,
-                           StepStatus.CANCELLED):
+                           StepStatus.CANCELLED, StepStatus.COMPENSATED):
             raise IllegalTransition(f"Cannot skip {key}: it is {step.status}.")
+        redone = []
+        if run.status == RunStatus.FAILED and step.status == StepStatus.FAILED:
+            # Skipping the failure that holds the run moves it on, as a retry would.
+            redone = _reopen_failed_run(run, key, "skip")
+        else:
+            require_open(run, f"skip {key}")
         step.status = StepStatus.SKIPPED
         close_gate(step)
         step.finished_at = timezone.now()
         step.last_summary = reason
         clear_lease(step)
         return commit(run, CheckpointKind.STEP_SKIPPED, actor=actor, step=step,
-                      summary=reason)
+                      summary=reason + _rerun_note(redone),
+                      evidence={"rerun_compensated": redone} if redone else None)
 
 
 AGENT_STATUSES = (StepStatus.RUNNING, StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.BLOCKED)
