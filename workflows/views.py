@@ -76,6 +76,11 @@ def run_context(request, run_id: int) -> dict:
         step.looks_stuck = (step.status == StepStatus.RUNNING and step.lease_expires_at is not None
                             and step.lease_expires_at < now)
         step.decisions = by_step.get(step.pk, [])
+        if step.kind == "approval":
+            step.instructions = selectors.fill_placeholders(step.config.get("description", ""),
+                                                            run)
+            step.approved = sum(1 for d in step.decisions
+                                 if d.attempt == step.attempt and d.decision == "approve")
         step.can_decide = can_decide(user, run, step, decided)
         step.can_retry = can_retry(user, run, step)
         step.can_skip = can_skip(user, run, step)
@@ -131,7 +136,7 @@ def run_list(request):
 def inbox(request):
     gates = list(decidable_by(request.user).select_related("run", "run__goal",
                                                                  "run__requested_by"))
-    return render(request, "workflows/inbox.html", {"gates": gates})
+    return render(request, "workflows/inbox.html", {"gates": selectors.gate_evidence(gates)})
 
 
 def _back(request, run: Run) -> str:
@@ -151,6 +156,8 @@ def _respond(request, run_id: int, *, key: str = "",
             gate = (Step.objects.select_related("run", "run__goal", "run__requested_by")
                     .filter(run_id=run_id, key=key).first())
             partial = "gate-card" if error else "decided"
+            if gate is not None and error:
+                selectors.gate_evidence([gate])
             return render(request, f"workflows/inbox.html#{partial}",
                           {"gate": gate, "notice": message}, status=status)
         context = run_context(request, run_id)

@@ -109,3 +109,16 @@ def test_a_refusal_stays_in_the_page_with_debug_on(page, settings, waiting_run):
     page.wait_for_selector("[role=alert] >> text=A comment is required to reject.")
     assert page.locator("header.bar").count() == 1  # the page is still there around it
     assert page.locator("link[rel=stylesheet]").count() == 1
+
+
+def test_the_inbox_card_carries_the_evidence_and_approves_in_one_click(page, shoot,
+                                                                       waiting_run):
+    login(page, "bob")
+    card = f"#gate-{waiting_run.steps.get(key='qa').pk}"
+    page.wait_for_selector(f"{card} .evidence >> text=Build")
+    assert "green" in page.inner_text(f"{card} .evidence")
+    assert "0 of 1" in page.inner_text(f"{card} .quorum")
+    shoot("inbox-evidence")
+    page.click(f"{card} button:has-text('Approve')")  # the one click: evidence is on screen
+    page.wait_for_selector(".decided >> text=You approved QA sign-off")
+    assert Approval.objects.get().user.username == "bob"

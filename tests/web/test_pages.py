@@ -296,8 +296,9 @@ class TestQueryCounts:
         # lookups (user and group permissions) and the inbox count
         with django_assert_num_queries(10):
             client.get(f"/runs/{waiting.pk}/")
-        # session, user, gates, inbox count, and the two permission lookups of the nav
-        with django_assert_num_queries(6):
+        # session, user, gates, the evidence (dependency steps, decisions), the inbox count,
+        # and the two permission lookups of the nav
+        with django_assert_num_queries(8):
             client.get("/")
 
     def test_run_list_is_constant(self, client, release_spec, people):
@@ -459,3 +460,53 @@ def test_no_debug_handler_can_wipe_the_page_on_a_4xx(client, people, settings):
     client.force_login(people["bob"])
     body = client.get("/").content.decode()
     assert "htmx-2.min.js" in body and "django-htmx.js" not in body
+
+
+class TestEvidenceOnTheCard:
+    @pytest.fixture
+    def gated(self, people):
+        from workflows.specs import store_spec
+
+        spec = store_spec({"name": "ship", "params": [{"name": "version"}], "steps": [
+            {"key": "build", "title": "Build", "run": {"command": ["true"]}},
+            {"key": "qa", "title": "QA sign-off", "depends_on": ["build"],
+             "description": "Check {{ params.version }} on {{ state.env }}; see "
+                            "https://ci.example/{{ params.version }} <b>now</b>",
+             "approval": {"group": "qa", "required": 2, "timeout_seconds": 3600}}]})[0]
+        run = engine.open_run(spec, actor=people["alice"], title="Ship 3.0",
+                              params={"version": "3.0"}, shared_state={"env": "staging"}).run
+        engine.start_step(run, "build")
+        output = "".join(f"line {i}\n" for i in range(1, 9))
+        engine.complete_step(run, "build", summary="built", state_patch={"artifact": "a.tgz"},
+                             evidence={"stdout": output, "exit_code": 0})
+        return run
+
+    def test_the_card_shows_what_the_approver_decides_with(self, client, gated, people):
+        engine.approve(gated, "qa", user=people["bob"])
+        client.force_login(people["carol"])
+        body = client.get("/").content.decode()
+        assert "Check 3.0 on staging; see" in body
+        assert 'href="https://ci.example/3.0"' in body and "&lt;b&gt;now&lt;/b&gt;" in body
+        assert "<b>1 of 2</b> approvals · bob approved" in body
+        assert "decide by" in body and "“Ship 3.0”" in body and "alice" in body
+        assert "line 8" in body and "wrote artifact" in body and "Whole output" in body
+        tail = body.split('<pre class="tail">')[1].split("</pre>")[0]
+        assert tail.splitlines() == ["line 4", "line 5", "line 6", "line 7", "line 8"]
+
+    def test_the_run_page_gate_row_shows_instructions_and_quorum(self, client, gated, people):
+        client.force_login(people["dave"])
+        body = client.get(f"/runs/{gated.pk}/").content.decode()
+        assert "gate: 0 of 2 from qa" in body and "Check 3.0 on staging" in body
+
+    def test_the_inbox_takes_the_same_queries_for_more_gates(self, client, gated, people,
+                                                             release_spec):
+        client.force_login(people["carol"])
+        with CaptureQueriesContext(connection) as few:
+            client.get("/")
+        for _ in range(5):
+            run = engine.open_run(release_spec, actor=people["alice"]).run
+            engine.start_step(run, "build")
+            engine.complete_step(run, "build")
+        with CaptureQueriesContext(connection) as more:
+            client.get("/")
+        assert len(few) == len(more)
