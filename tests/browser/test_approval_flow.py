@@ -9,7 +9,7 @@ from workflows import engine
 from workflows.models import Approval, Run
 from workflows.specs import store_spec
 
-from .conftest import login
+from .conftest import SCREENSHOTS, login
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -122,3 +122,26 @@ def test_the_inbox_card_carries_the_evidence_and_approves_in_one_click(page, sho
     page.click(f"{card} button:has-text('Approve')")  # the one click: evidence is on screen
     page.wait_for_selector(".decided >> text=You approved QA sign-off")
     assert Approval.objects.get().user.username == "bob"
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_no_page_overflows_its_width(browser, live_server, waiting_run, width):
+    """At phone width and desktop width, no page scrolls sideways and every button is on
+    screen."""
+    context = browser.new_context(base_url=live_server.url,
+                                  viewport={"width": width, "height": 800})
+    page = context.new_page()
+    try:
+        login(page, "bob")
+        for url in ["/", f"/runs/{waiting_run.pk}/", "/runs/", "/goals/", "/specs/"]:
+            page.goto(url)
+            wide = page.evaluate("document.documentElement.scrollWidth")
+            assert wide <= page.evaluate("window.innerWidth"), (url, width, wide)
+            for button in page.query_selector_all("button"):
+                box = button.bounding_box()
+                if box:  # a button in a closed <details> has none
+                    assert box["x"] >= 0 and box["x"] + box["width"] <= width + 1, (url, width)
+        page.goto(f"/runs/{waiting_run.pk}/")
+        page.screenshot(path=str(SCREENSHOTS / f"run-{width}px.png"), full_page=True)
+    finally:
+        context.close()
