@@ -230,3 +230,11 @@ def gate_evidence(gates: list) -> list:
         gate.decisions = [a for a in decided.get(gate.pk, []) if a.attempt == gate.attempt]
         gate.approved = sum(1 for a in gate.decisions if a.decision == Decision.APPROVE)
     return gates
+
+
+def inbox_signature(gates: list) -> str:
+    """What the inbox shows, in a word: the live inbox swaps only when it changes."""
+    import hashlib
+
+    seen = ",".join(f"{g.pk}.{g.attempt}.{len(g.decisions)}.{g.approval_group}" for g in gates)
+    return hashlib.sha256(seen.encode()).hexdigest()[:16]

@@ -5,6 +5,7 @@ from . import views
 urlpatterns = [
     path("", views.inbox, name="inbox"),
     path("runs/", views.run_list, name="run_list"),
+    path("decisions/", views.my_decisions, name="my_decisions"),
     path("profile/", views.profile, name="profile"),
     path("specs/", views.spec_list, name="spec_list"),
     path("specs/<slug:name>/start/", views.start_run, name="start_run"),

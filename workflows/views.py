@@ -134,9 +134,24 @@ def run_list(request):
 
 @require_GET
 def inbox(request):
-    gates = list(decidable_by(request.user).select_related("run", "run__goal",
-                                                                 "run__requested_by"))
-    return render(request, "workflows/inbox.html", {"gates": selectors.gate_evidence(gates)})
+    gates = selectors.gate_evidence(list(decidable_by(request.user).select_related(
+        "run", "run__goal", "run__requested_by")))
+    signature = selectors.inbox_signature(gates)
+    template = "workflows/inbox.html"
+    if request.htmx:
+        if request.GET.get("seen") == signature:
+            return HttpResponse(status=204)  # nothing new: the page keeps what it has
+        template += "#gates"
+    return render(request, template, {"gates": gates, "signature": signature})
+
+
+@require_GET
+def my_decisions(request):
+    """What the signed-in user approved or rejected, newest first."""
+    decisions = (Approval.objects.filter(user=request.user)
+                 .select_related("step", "step__run").order_by("-at", "-pk"))
+    page = Paginator(decisions, 50).get_page(request.GET.get("page"))
+    return render(request, "workflows/my_decisions.html", {"page": page})
 
 
 def _back(request, run: Run) -> str:

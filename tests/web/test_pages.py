@@ -510,3 +510,32 @@ class TestEvidenceOnTheCard:
         with CaptureQueriesContext(connection) as more:
             client.get("/")
         assert len(few) == len(more)
+
+
+class TestLiveInbox:
+    def test_a_poll_with_nothing_new_is_204_and_a_change_swaps_the_gates(self, client,
+                                                                          waiting, people):
+        as_user(client, people["carol"])
+        page = client.get("/").content.decode()
+        seen = page.split("?seen=")[1].split('"')[0]
+        assert client.get(f"/?seen={seen}", **HTMX).status_code == 204
+        engine.approve(waiting, "qa", user=people["bob"])  # bob decides elsewhere
+        fresh = client.get(f"/?seen={seen}", **HTMX)
+        body = fresh.content.decode()
+        assert fresh.status_code == 200 and '<div class="gates" id="gates"' in body
+        assert "bob approved" in body and 'id="inbox-count" hx-swap-oob="true">1<' in body
+        assert "<html" not in body
+
+    def test_the_header_count_follows_a_decision_on_the_run_page(self, client, waiting,
+                                                                 people):
+        as_user(client, people["bob"])
+        response = client.post(f"/runs/{waiting.pk}/steps/qa/approve/", **HTMX)
+        assert 'id="inbox-count" hx-swap-oob="true">0<' in response.content.decode()
+
+    def test_my_decisions_lists_what_i_decided(self, client, waiting, people):
+        engine.approve(waiting, "qa", user=people["bob"], comment="smoke tests pass")
+        as_user(client, people["bob"])
+        body = client.get("/decisions/").content.decode()
+        assert "QA sign-off" in body and "approved" in body and "smoke tests pass" in body
+        as_user(client, people["carol"])
+        assert "smoke tests pass" not in client.get("/decisions/").content.decode()
