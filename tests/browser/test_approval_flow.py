@@ -145,3 +145,15 @@ def test_no_page_overflows_its_width(browser, live_server, waiting_run, width):
         page.screenshot(path=str(SCREENSHOTS / f"run-{width}px.png"), full_page=True)
     finally:
         context.close()
+
+
+def test_the_inbox_is_live(page, waiting_run, people):
+    """A decision made elsewhere shows up on an open inbox without a reload."""
+    spec_gate = waiting_run.steps.get(key="qa")
+    login(page, "carol")
+    page.evaluate("window.__noReload = true")
+    page.wait_for_selector(f"#gate-{spec_gate.pk}")
+    engine.cancel_run(waiting_run, actor="test")  # the gate is gone elsewhere
+    page.wait_for_selector(f"#gate-{spec_gate.pk}", state="detached", timeout=15000)
+    assert page.text_content("#inbox-count") == "0"
+    assert page.evaluate("window.__noReload") is True
