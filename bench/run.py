@@ -282,11 +282,13 @@ class Bench:
         small = {"goal_tree": measure("/goals/"),
                  "goal_page": measure(f"/goals/{small_root.pk}/"),
                  "progress": measure(f"/goals/{small_root.pk}/progress/", 10),
-                 "run_page": measure(f"/runs/{small_run.pk}/")}
+                 "run_page": measure(f"/runs/{small_run.pk}/"),
+                 "run_search": measure("/runs/?q=bench&opened_from=2000-01-01")}
         big_root, big_run = grow_goals(10_000), grow_checkpoints(2_000)
         big = {"goal_tree": measure("/goals/"), "goal_page": measure(f"/goals/{big_root.pk}/"),
                "progress": measure(f"/goals/{big_root.pk}/progress/", 10),
-               "run_page": measure(f"/runs/{big_run.pk}/", 10)}
+               "run_page": measure(f"/runs/{big_run.pk}/", 10),
+               "run_search": measure("/runs/?q=bench&opened_from=2000-01-01", 10)}
         self.results["pages"] = {
             "goals": Goal.objects.count(), "run_checkpoints": 2_000,
             "floor_healthz": floor, "small": small, "large": big,
@@ -513,7 +515,7 @@ def table(results: list[dict]) -> str:
         lambda r: f"{r['approval_round_trip_ms']['median']:.1f}")
     row("approve -> next step started: p95 ms",
         lambda r: f"{r['approval_round_trip_ms']['p95']:.1f}")
-    for page in ("goal_tree", "goal_page", "run_page"):
+    for page in ("goal_tree", "goal_page", "run_page", "run_search"):
         row(f"{page}: queries small -> large",
             lambda r, p=page: f"{r['pages']['small'][p]['queries']} -> "
                               f"{r['pages']['large'][p]['queries']}")

@@ -362,3 +362,17 @@ class AddStepsIn(Schema):
 def add_steps(request, run_id: Id, payload: AddStepsIn):
     engine.add_steps(get_run(run_id), payload.steps, actor=request.user)
     return Status(201, fresh_run(run_id))
+
+
+# CSV, not JSON: kept out of the OpenAPI document, which describes JSON answers.
+@router.get("/runs/{run_id}/audit.csv", include_in_schema=False)
+def run_audit_csv(request, run_id: Id):
+    from django.http import StreamingHttpResponse
+
+    from tollgate.exports import csv_rows
+
+    run = get_run(run_id)
+    header, rows = selectors.audit_rows(selectors.run_audit(run))
+    response = StreamingHttpResponse(csv_rows(rows, header), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-audit.csv"'
+    return response

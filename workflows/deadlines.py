@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.utils import timezone
 
 from . import engine
 from .models import Step, StepKind, StepStatus
+
+log = logging.getLogger(__name__)
 
 
 def apply(now=None, limit: int = 1000) -> int:
@@ -13,7 +17,14 @@ def apply(now=None, limit: int = 1000) -> int:
     now = now or timezone.now()
     overdue = (Step.objects.filter(status=StepStatus.WAITING_APPROVAL, deadline_at__lte=now)
                .order_by("deadline_at").values_list("pk", flat=True)[:limit])
-    gates = sum(1 for step_id in list(overdue) if engine.expire_gate(step_id))
     waits = (Step.objects.filter(kind=StepKind.WAIT, deadline_at__lte=now)
              .order_by("deadline_at").values_list("pk", flat=True)[:limit])
-    return gates + sum(1 for step_id in list(waits) if engine.expire_wait(step_id))
+    done = 0
+    for expire, step_ids in ((engine.expire_gate, list(overdue)),
+                             (engine.expire_wait, list(waits))):
+        for step_id in step_ids:
+            try:
+                done += bool(expire(step_id))
+            except Exception:  # one bad row must not hold every other deadline back
+                log.exception("Could not apply the deadline of step %s", step_id)
+    return done

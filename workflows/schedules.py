@@ -8,6 +8,7 @@ latest missed slot) or skipped, as the schedule says.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -34,6 +35,8 @@ MAX_SLOTS = 10_000  # a schedule asleep for years is counted up to here, not for
 
 class ScheduleError(ValueError):
     pass
+
+log = logging.getLogger(__name__)
 
 
 def validate_schedule(schedule: Schedule) -> None:
@@ -85,7 +88,10 @@ def tick(now: datetime | None = None) -> TickReport:
     due = Schedule.objects.filter(enabled=True, next_run_at__lte=now).values_list("pk",
                                                                                   flat=True)
     for schedule_id in list(due[:500]):
-        fire(schedule_id, now, report)
+        try:
+            fire(schedule_id, now, report)
+        except Exception:  # one broken schedule must not stop the others
+            log.exception("Could not start schedule %s", schedule_id)
     # A new schedule gets its first slot here.
     for schedule in Schedule.objects.filter(enabled=True, next_run_at__isnull=True)[:500]:
         Schedule.objects.filter(pk=schedule.pk, next_run_at__isnull=True).update(

@@ -158,6 +158,15 @@ def run_audit(run: Run) -> dict:
                 Approval.objects.filter(step__run=run)))}
 
 
+def audit_rows(audit: dict) -> tuple[list[str], list[list]]:
+    """(header, rows) of a run's audit for CSV: its checkpoints, then its decisions."""
+    header = ["record", *TIMELINE_COLUMNS, "|", *DECISION_COLUMNS]
+    rows = [["timeline", *[c.get(k, "") for k in TIMELINE_COLUMNS]] for c in audit["timeline"]]
+    rows += [["decision", *[""] * (len(TIMELINE_COLUMNS) + 1),
+              *[d[k] for k in DECISION_COLUMNS]] for d in audit["decisions"]]
+    return header, rows
+
+
 def decisions(start=None, end=None) -> QuerySet[Approval]:
     """Every decision in an inclusive day range, oldest first."""
     found = Approval.objects.order_by("at", "pk")

@@ -310,11 +310,7 @@ def run_audit(request, pk: int):
     run = get_object_or_404(Run, pk=pk)
     audit = selectors.run_audit(run)
     if request.GET.get("format") == "csv":
-        rows = [["timeline", *[c.get(k, "") for k in selectors.TIMELINE_COLUMNS]]
-                for c in audit["timeline"]]
-        rows += [["decision", *[d[k] for k in selectors.DECISION_COLUMNS]]
-                 for d in audit["decisions"]]
-        header = ["record", *selectors.TIMELINE_COLUMNS, "|", *selectors.DECISION_COLUMNS]
+        header, rows = selectors.audit_rows(audit)
         response = StreamingHttpResponse(csv_rows(rows, header), content_type="text/csv")
         response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-audit.csv"'
         return response

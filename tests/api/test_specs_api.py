@@ -79,3 +79,32 @@ def test_a_schedule_of_an_archived_spec_pauses_with_a_reason(release_spec):
     item.refresh_from_db()
     assert report.started == [] and not item.enabled
     assert "has no active version" in item.paused_reason
+
+
+def test_a_runs_audit_downloads_as_json_and_csv_from_the_api(api, waiting, people):
+    engine.approve(waiting, "qa", user=people["bob"], comment="+1 from me")
+    data = api["dave"].get(f"/api/runs/{waiting.pk}/audit").json()
+    assert data["decisions"][0]["comment"] == "+1 from me"
+    response = api["dave"].get(f"/api/runs/{waiting.pk}/audit.csv")
+    body = b"".join(response.streaming_content).decode()
+    assert response["Content-Type"] == "text/csv" and "'+1 from me" in body
+    assert api["dave"].get("/api/runs/999999/audit.csv").status_code == 404
+
+
+def test_one_broken_deadline_does_not_hold_the_others(release_spec, monkeypatch):
+    from datetime import timedelta
+
+    from workflows import deadlines
+    from workflows.models import Step
+
+    spec = store_spec({"name": "timed", "steps": [
+        {"key": "g", "approval": {"group": "qa", "timeout_seconds": 60}}]})[0]
+    runs = [engine.open_run(spec).run for _ in range(2)]
+    Step.objects.filter(key="g").update(deadline_at=timezone.now() - timedelta(seconds=1))
+    bad = Step.objects.get(run=runs[0], key="g").pk
+    real = engine.expire_gate
+    monkeypatch.setattr(engine, "expire_gate",
+                        lambda step_id: (_ for _ in ()).throw(OverflowError("bad row"))
+                        if step_id == bad else real(step_id))
+    assert deadlines.apply() == 1
+    assert Step.objects.get(run=runs[1], key="g").status == "failed"
