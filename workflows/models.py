@@ -168,7 +168,20 @@ STEP_FRONTIER = (
 )
 
 
-class Step(models.Model):
+class HeldByProcess(models.Model):
+    """Who holds a leased attempt: the consumer process (host, boot, pid, start time). The
+    sweeper reclaims a lease only once that holder is gone."""
+
+    holder_host = models.CharField(max_length=200, blank=True)
+    holder_boot_id = models.CharField(max_length=36, blank=True)
+    holder_pid = models.PositiveIntegerField(null=True, blank=True)
+    holder_started = models.PositiveBigIntegerField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+
+class Step(HeldByProcess):
     # No index of its own: the (run, key) unique constraint leads with run.
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps", db_index=False)
     key = models.CharField(max_length=100)
@@ -203,12 +216,7 @@ class Step(models.Model):
     compensated_at = models.DateTimeField(null=True, blank=True)
     lease_token = models.CharField(max_length=64, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
-    # Who holds the running attempt: the consumer process (host, boot, pid, start time) and
-    # the command it spawned. The sweeper reclaims a lease only once that holder is gone.
-    holder_host = models.CharField(max_length=200, blank=True)
-    holder_boot_id = models.CharField(max_length=36, blank=True)
-    holder_pid = models.PositiveIntegerField(null=True, blank=True)
-    holder_started = models.PositiveBigIntegerField(null=True, blank=True)
+    # The command the running attempt spawned (its holder is in HeldByProcess).
     child_pid = models.PositiveIntegerField(null=True, blank=True)
     child_pgid = models.PositiveIntegerField(null=True, blank=True)
     # When the sweeper found the lease overdue with its holder alive (noted once an attempt).
@@ -276,7 +284,7 @@ class CompensationStatus(models.TextChoices):
     FAILED = "failed"
 
 
-class Compensation(models.Model):
+class Compensation(HeldByProcess):
     """Undoing one completed step of a failed run: durable work under a lease, like a step.
 
     Rows are written in the transaction that fails the run, so a compensation cannot be lost
@@ -292,10 +300,6 @@ class Compensation(models.Model):
     attempt = models.PositiveIntegerField(default=0)
     lease_token = models.CharField(max_length=64, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
-    holder_host = models.CharField(max_length=200, blank=True)
-    holder_boot_id = models.CharField(max_length=36, blank=True)
-    holder_pid = models.PositiveIntegerField(null=True, blank=True)
-    holder_started = models.PositiveBigIntegerField(null=True, blank=True)
     rung_at = models.DateTimeField(null=True, blank=True)
     summary = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)

@@ -91,6 +91,11 @@ def deciders(run, step) -> QuerySet:
         step=step, attempt=step.attempt).values("user_id")).distinct()
 
 
+def can_work_on(user, run) -> bool:
+    """Report progress on a run, or add steps to it: its requester or an operator."""
+    return is_person(user) and (run.requested_by_id == user.pk or can_operate(user))
+
+
 def can_retry(user, run, step) -> bool:
     return step.status == StepStatus.FAILED and run.status != RunStatus.CANCELLED and (
         can_operate(user))

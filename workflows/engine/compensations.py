@@ -22,6 +22,7 @@ from ..models import (
     StepStatus,
 )
 from .commit import commit
+from .moves import set_holder
 from .rows import load_step, lock_run
 
 OPEN = (CompensationStatus.PENDING, CompensationStatus.RUNNING)
@@ -47,8 +48,7 @@ def claim(run_id: int, *, owner: str, lease_seconds: float, holder=None):
         row.lease_token = uuid.uuid4().hex
         row.lease_expires_at = now + timedelta(seconds=lease_seconds)
         if holder is not None:
-            row.holder_host, row.holder_boot_id = holder.host[:200], holder.boot_id
-            row.holder_pid, row.holder_started = holder.pid, holder.started
+            set_holder(row, holder)
         row.save()
         row.run = run
         return row

@@ -19,6 +19,13 @@ def require_operator(actor, action: str) -> None:
                            "the operator permission.")
 
 
+def require_requester_or_operator(actor, run: Run, action: str) -> None:
+    """A person must have requested the run or hold the operator permission."""
+    if permissions.is_person(actor) and not permissions.can_work_on(actor, run):
+        raise NotPermitted(f"Only the run's requester or an operator may {action} run "
+                           f"{run.pk}.")
+
+
 def require_open(run: Run, action: str) -> None:
     if run.is_terminal:
         raise IllegalTransition(f"Cannot {action}: run {run.pk} is {run.status}.")
@@ -59,6 +66,12 @@ def fail_for_good(run: Run, step: Step, now, summary: str, error: str = "") -> N
     step.last_summary = summary
     if not step.continue_on_failure:
         run.error = f"{step.title}: {error or summary or 'failed'}"
+
+
+def set_holder(row, holder) -> None:
+    """Record the consumer process that holds a leased attempt (a `processes.Holder`)."""
+    row.holder_host, row.holder_boot_id = holder.host[:200], holder.boot_id
+    row.holder_pid, row.holder_started = holder.pid, holder.started
 
 
 def clear_lease(step: Step) -> None:

@@ -26,7 +26,7 @@ from ..models import (
 from ..params import FieldErrors, coerce
 from .commit import commit
 from .errors import IllegalTransition, InvalidInput, NotFound, NotPermitted
-from .moves import check_value, require_open, require_operator
+from .moves import check_value, require_open, require_operator, require_requester_or_operator
 from .rows import actor_of, load_step, lock_run
 from .rules import SETTLED_STATUSES
 
@@ -208,10 +208,7 @@ def add_steps(run, items, *, actor=None) -> list[Checkpoint]:
         raise InvalidInput("steps must be a non-empty list of steps.")
     with transaction.atomic():
         run = lock_run(run)
-        if permissions.is_person(actor) and run.requested_by_id != actor.pk and not (
-                permissions.can_operate(actor)):
-            raise NotPermitted(f"Only the run's requester or an operator may add steps to run "
-                               f"{run.pk}.")
+        require_requester_or_operator(actor, run, "add steps to")
         require_open(run, "add steps")
         existing = dict(Step.objects.filter(run=run).values_list("key", "status"))
         known = set(existing)

@@ -11,11 +11,10 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from .. import permissions
 from ..models import Checkpoint, CheckpointKind, Run, RunStatus, Step, StepKind, StepStatus
 from .commit import commit
 from .compensations import under_way
-from .errors import IllegalTransition, InvalidInput, NotFound, NotPermitted
+from .errors import IllegalTransition, InvalidInput, NotFound
 from .moves import (
     begin_attempt,
     check_value,
@@ -26,6 +25,8 @@ from .moves import (
     open_gate,
     require_open,
     require_operator,
+    require_requester_or_operator,
+    set_holder,
 )
 from .rows import load_step, lock_run, locked_by_step_id, step_of
 from .rules import may_report, may_start, retry_delay
@@ -68,8 +69,7 @@ def _start(run: Run, step: Step, actor, owner: str, lease_seconds, holder=None) 
         step.lease_expires_at = now + timedelta(seconds=lease_seconds)
         evidence["owner"] = owner
     if holder is not None:
-        step.holder_host, step.holder_boot_id = holder.host[:200], holder.boot_id
-        step.holder_pid, step.holder_started = holder.pid, holder.started
+        set_holder(step, holder)
         evidence["holder"] = holder.as_dict()
     commit(run, CheckpointKind.STEP_STARTED, actor=actor, step=step,
            summary=f"Attempt {step.attempt}" + (f" on {owner}" if owner else ""),
@@ -276,10 +276,7 @@ def record_transition(run, key: str, *, actor=None, step_status: str | None = No
     check_value(evidence, "evidence")
     with transaction.atomic():
         run = lock_run(run)
-        if permissions.is_person(actor) and run.requested_by_id != actor.pk and not (
-                permissions.can_operate(actor)):
-            raise NotPermitted(f"Only the run's requester or an operator may report on run "
-                               f"{run.pk}.")
+        require_requester_or_operator(actor, run, "report on")
         step = step_of(run, key)
         require_open(run, f"report on {key}")
         if step.kind == StepKind.APPROVAL:
