@@ -201,21 +201,17 @@ def get_spec(request, name: Annotated[str, Path(min_length=1, max_length=100)]):
     return detail
 
 
-@router.post("/specs/{name}/archive", response={200: SpecDetail, 400: Error, 401: Error,
-                                                 403: Error, 404: Error},
-             summary="Archive a version (workflows.change_workflowspec)")
-def archive_spec(request, name: Annotated[str, Path(min_length=1, max_length=100)],
-                 payload: SpecStatusIn):
-    set_spec_status(name, payload.version, SpecStatus.ARCHIVED, actor=request.user)
-    return selectors.spec_detail(name)
+SpecName = Annotated[str, Path(min_length=1, max_length=100)]
+SPEC_CHANGE = {200: SpecDetail, 400: Error, 401: Error, 403: Error, 404: Error}
+SPEC_STATUS_FOR = {"archive": SpecStatus.ARCHIVED, "activate": SpecStatus.ACTIVE}
 
 
-@router.post("/specs/{name}/activate", response={200: SpecDetail, 400: Error, 401: Error,
-                                                  403: Error, 404: Error},
-             summary="Make a version the active one (workflows.change_workflowspec)")
-def activate_spec(request, name: Annotated[str, Path(min_length=1, max_length=100)],
-                  payload: SpecStatusIn):
-    set_spec_status(name, payload.version, SpecStatus.ACTIVE, actor=request.user)
+@router.post("/specs/{name}/{action}", response=SPEC_CHANGE,
+             summary="Archive a version, or make it the active one "
+                     "(workflows.change_workflowspec)")
+def change_spec_status(request, name: SpecName, action: Literal["archive", "activate"],
+                       payload: SpecStatusIn):
+    set_spec_status(name, payload.version, SPEC_STATUS_FOR[action], actor=request.user)
     return selectors.spec_detail(name)
 
 
