@@ -4,6 +4,7 @@ from . import views
 
 urlpatterns = [
     path("", views.inbox, name="inbox"),
+    path("inbox/decide/", views.inbox_bulk, name="inbox_bulk"),
     path("runs/", views.run_list, name="run_list"),
     path("decisions/", views.my_decisions, name="my_decisions"),
     path("profile/", views.profile, name="profile"),

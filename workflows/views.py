@@ -88,6 +88,9 @@ def run_context(request, run_id: int) -> dict:
         "run": run,
         "steps": _dag_order(steps),
         "checkpoints": checkpoints,
+        # In the order the spec declares them (PostgreSQL's jsonb keeps no key order).
+        "params": [(p["name"], run.params[p["name"]])
+                   for p in run.spec.definition.get("params", []) if p["name"] in run.params],
         "can_cancel": can_cancel(user, run),
         "can_recover": can_operate(user) and any(step.looks_stuck for step in steps),
         "earlier_checkpoints": first_seq - 1,
@@ -143,6 +146,47 @@ def inbox(request):
             return HttpResponse(status=204)  # nothing new: the page keeps what it has
         template += "#gates"
     return render(request, template, {"gates": gates, "signature": signature})
+
+
+@require_POST
+def inbox_bulk(request):
+    """Approve or reject the ticked gates with one comment. Each goes through the engine on
+    its own (its own approval and checkpoint); one that cannot be decided says why in its own
+    card while the others go through."""
+    decision = request.POST.get("decision")
+    comment = request.POST.get("comment", "").strip()[:5000]
+    picked = [pk for pk in request.POST.getlist("gate") if pk.isascii() and pk.isdigit()][:100]
+    steps = Step.objects.select_related("run").filter(pk__in=picked, kind="approval")
+    done, refused = [], {}
+    for step in steps:
+        try:
+            if decision == "approve":
+                engine.approve(step.run, step.key, user=request.user, comment=comment)
+            elif decision == "reject":
+                engine.reject(step.run, step.key, user=request.user, comment=comment)
+            else:
+                raise engine.InvalidInput("Choose approve or reject.")
+            verb = "approved" if decision == "approve" else "rejected"
+            done.append(f"You {verb} {step.title} ({step.run}).")
+        except engine.WorkflowError as exc:
+            refused[step.pk] = str(exc)
+    if not picked:
+        done.append("Tick the gates to decide first.")
+    gates = selectors.gate_evidence(list(decidable_by(request.user).select_related(
+        "run", "run__goal", "run__requested_by")))
+    for gate in gates:
+        gate.notice = refused.get(gate.pk, "")
+    gone = [message for pk, message in refused.items() if pk not in {g.pk for g in gates}]
+    context = {"gates": gates, "signature": selectors.inbox_signature(gates),
+               "bulk_done": done + gone}
+    if request.htmx:
+        return render(request, "workflows/inbox.html#gates", context)
+    for line in done + gone:
+        messages.info(request, line)
+    for gate in gates:
+        if gate.notice:
+            messages.error(request, f"{gate.title} ({gate.run}): {gate.notice}")
+    return redirect("inbox")
 
 
 @require_GET

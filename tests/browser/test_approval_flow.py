@@ -157,3 +157,17 @@ def test_the_inbox_is_live(page, waiting_run, people):
     page.wait_for_selector(f"#gate-{spec_gate.pk}", state="detached", timeout=15000)
     assert page.text_content("#inbox-count") == "0"
     assert page.evaluate("window.__noReload") is True
+
+
+def test_bulk_approve_from_the_inbox(page, shoot, waiting_run, people):
+    second = engine.open_run("ship", actor=people["alice"], title="Ship 2.1").run
+    engine.record_transition(second, "build", actor="ci", step_status="completed")
+    login(page, "bob")
+    for run in (waiting_run, second):
+        page.check(f"#gate-{run.steps.get(key='qa').pk} input[name=gate]")
+    page.fill("input[aria-label='Comment for the selected gates']", "both green")
+    shoot("inbox-bulk")
+    page.click("button:has-text('Approve selected')")
+    page.wait_for_selector("text=Nothing waits on you.")
+    assert Approval.objects.filter(comment="both green").count() == 2
+    assert page.text_content("#inbox-count") == "0"

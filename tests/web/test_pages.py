@@ -539,3 +539,47 @@ class TestLiveInbox:
         assert "QA sign-off" in body and "approved" in body and "smoke tests pass" in body
         as_user(client, people["carol"])
         assert "smoke tests pass" not in client.get("/decisions/").content.decode()
+
+
+class TestBulkDecisions:
+    @pytest.fixture
+    def three(self, release_spec, people):
+        runs = []
+        for i in range(3):
+            run = engine.open_run(release_spec, actor=people["alice"], title=f"R{i}").run
+            engine.start_step(run, "build")
+            engine.complete_step(run, "build")
+            runs.append(run)
+        return runs
+
+    def gate_ids(self, runs):
+        return [str(run.steps.get(key="qa").pk) for run in runs]
+
+    def test_approve_several_with_one_comment_each_on_its_own(self, client, three, people):
+        as_user(client, people["bob"])
+        engine.approve(three[2], "qa", user=people["bob"])  # decided already, elsewhere
+        response = client.post("/inbox/decide/", {
+            "decision": "approve", "comment": "batch ok", "gate": self.gate_ids(three)},
+            **HTMX)
+        body = response.content.decode()
+        assert response.status_code == 200 and body.count("You approved QA sign-off") == 2
+        assert "bob has already decided qa" in body
+        assert Approval.objects.filter(comment="batch ok").count() == 2
+        for run in three[:2]:
+            assert Checkpoint.objects.filter(run=run, kind="approval_recorded").count() == 1
+
+    def test_reject_needs_the_comment_and_says_so_in_each_card(self, client, three, people):
+        as_user(client, people["bob"])
+        body = client.post("/inbox/decide/", {"decision": "reject", "gate": self.gate_ids(
+            three)}, **HTMX).content.decode()
+        assert body.count("A comment is required to reject.") == 3
+        assert not Approval.objects.exists()
+
+    def test_without_javascript_it_redirects_with_messages(self, client, three, people):
+        as_user(client, people["carol"])
+        response = client.post("/inbox/decide/", {
+            "decision": "reject", "comment": "not this week", "gate": self.gate_ids(three)},
+            follow=True)
+        body = response.content.decode()
+        assert body.count("You rejected QA sign-off") == 3
+        assert {r.status for r in Run.objects.all()} == {"failed"}
