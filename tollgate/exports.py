@@ -29,3 +29,12 @@ def csv_rows(rows, header=None):
         yield writer.writerow(header)
     for row in rows:
         yield writer.writerow([safe_cell(cell) for cell in row])
+
+
+def csv_download(rows, header, filename: str):
+    """A streamed CSV attachment of formula-safe cells: rows are written as they come."""
+    from django.http import StreamingHttpResponse
+
+    response = StreamingHttpResponse(csv_rows(rows, header), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response

@@ -363,12 +363,8 @@ def add_steps(request, run_id: Id, payload: AddStepsIn):
 # CSV, not JSON: kept out of the OpenAPI document, which describes JSON answers.
 @router.get("/runs/{run_id}/audit.csv", include_in_schema=False)
 def run_audit_csv(request, run_id: Id):
-    from django.http import StreamingHttpResponse
-
-    from tollgate.exports import csv_rows
+    from tollgate.exports import csv_download
 
     run = get_run(run_id)
     header, rows = selectors.audit_rows(selectors.run_audit(run))
-    response = StreamingHttpResponse(csv_rows(rows, header), content_type="text/csv")
-    response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-audit.csv"'
-    return response
+    return csv_download(rows, header, f"run-{run.pk}-audit.csv")

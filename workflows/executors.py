@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
-from django.utils.module_loading import import_string
 
 from .params import env_name
-from .specs import callable_allowed
+from .specs import allowed_callable
 
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
 REDACTED = "[redacted]"
@@ -243,14 +242,14 @@ def _wait(supervisor: subprocess.Popen, work: Path, timeout, stop, on_spawn) -> 
 def run_callable(action: dict, *, context: dict, shared_state: dict) -> Outcome:
     """Call an allow-listed function with the step's context; a dict it returns is a patch."""
     path = action["callable"]
-    if not callable_allowed(path):
+    func = allowed_callable(path)
+    if func is None:
         return Outcome(False, f"Callable {path!r} is not on the allow-list", retryable=False)
-    secrets = secret_values(action.get("env", {}))
     try:
-        func = import_string(path)
         result = func({"params": {}, **context, "shared_state": dict(shared_state),
                        "config": action})
     except Exception as exc:
+        secrets = secret_values(action.get("env", {}))  # only when there is output to redact
         return Outcome(False, redact(f"{type(exc).__name__}: {exc}", secrets),
                        {"traceback": redact(traceback.format_exc(limit=8), secrets)})
     if result is not None and not isinstance(result, dict):

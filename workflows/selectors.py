@@ -205,6 +205,18 @@ def fill_placeholders(text: str, run: Run) -> str:
     return PLACEHOLDER.sub(lookup, text or "")
 
 
+def inbox_gates(user) -> list:
+    """The gates waiting on this user, oldest first, each with its evidence."""
+    return gate_evidence(list(decidable_by(user).select_related(
+        "run", "run__goal", "run__requested_by")))
+
+
+def approvals_of_attempt(decisions, attempt: int) -> tuple[list, int]:
+    """(this attempt's decisions, how many of them approve): a gate's quorum progress."""
+    current = [d for d in decisions if d.attempt == attempt]
+    return current, sum(1 for d in current if d.decision == Decision.APPROVE)
+
+
 def gate_evidence(gates: list) -> list:
     """Give each gate what its approvers decide with, in three queries whatever the count:
     `instructions`, `evidence` (the steps it depends on: summary, output tail, state keys
@@ -236,8 +248,8 @@ def gate_evidence(gates: list) -> list:
                 "summary": dep.last_summary, "tail": "\n".join(lines[-OUTPUT_TAIL_LINES:]),
                 "output": output, "cut": len(lines) > OUTPUT_TAIL_LINES,
                 "state_keys": sorted((dep.last_state_patch or {}).keys())})
-        gate.decisions = [a for a in decided.get(gate.pk, []) if a.attempt == gate.attempt]
-        gate.approved = sum(1 for a in gate.decisions if a.decision == Decision.APPROVE)
+        gate.decisions, gate.approved = approvals_of_attempt(decided.get(gate.pk, []),
+                                                             gate.attempt)
     return gates
 
 

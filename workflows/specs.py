@@ -79,25 +79,31 @@ def _text(where: str, data: dict, field: str) -> None:
         _fail(where, f"{field} is longer than {TEXT_LIMITS[field]} characters")
 
 
-def callable_allowed(path: str) -> bool:
-    """True if the dotted path is on the TOLLGATE_CALLABLES allow-list and names a function
-    defined in that module (not a module, class or name it merely imported)."""
+def allowed_callable(path: str):
+    """The function a dotted path names, if it is on the TOLLGATE_CALLABLES allow-list and is
+    a function defined in that module (not a module, class or name it merely imported);
+    else None."""
     listed = any(
         entry == path or (entry.endswith(".*") and path.startswith(entry[:-1])
                           and "." not in path[len(entry) - 1:])
         for entry in settings.TOLLGATE_CALLABLES)
     if not listed:
-        return False
+        return None
     import inspect
 
     from django.utils.module_loading import import_string
 
-    module = path.rpartition(".")[0]
     try:
         func = import_string(path)
     except ImportError:
-        return False
-    return inspect.isfunction(func) and func.__module__ == module
+        return None
+    return func if inspect.isfunction(func) and func.__module__ == path.rpartition(".")[0] \
+        else None
+
+
+def callable_allowed(path: str) -> bool:
+    """True if the dotted path may be a spec's `callable` (see allowed_callable)."""
+    return allowed_callable(path) is not None
 
 
 def _validate_action(where: str, action) -> dict:

@@ -104,7 +104,6 @@ def recover_compensations(now, limit: int) -> int:
                        "holder_pid", "holder_started")[:limit])
     for row in expired:
         try:
-            row["overdue_noted_at"] = None
             if holder_gone(row, now)[0] and engine.release_compensation(row["pk"]):
                 count += 1
         except Exception as exc:

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import HttpResponse, HttpResponseForbidden, JsonResponse, StreamingHttpResponse
+from django.http import HttpResponse, HttpResponseForbidden, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from tollgate.exports import csv_rows
+from tollgate.exports import csv_download
 from tollgate.query import int_param
 
 from . import engine, selectors
@@ -79,8 +79,7 @@ def run_context(request, run_id: int) -> dict:
         if step.kind == "approval":
             step.instructions = selectors.fill_placeholders(step.config.get("description", ""),
                                                             run)
-            step.approved = sum(1 for d in step.decisions
-                                 if d.attempt == step.attempt and d.decision == "approve")
+            step.approved = selectors.approvals_of_attempt(step.decisions, step.attempt)[1]
         step.can_decide = can_decide(user, run, step, decided)
         step.can_retry = can_retry(user, run, step)
         step.can_skip = can_skip(user, run, step)
@@ -137,8 +136,7 @@ def run_list(request):
 
 @require_GET
 def inbox(request):
-    gates = selectors.gate_evidence(list(decidable_by(request.user).select_related(
-        "run", "run__goal", "run__requested_by")))
+    gates = selectors.inbox_gates(request.user)
     signature = selectors.inbox_signature(gates)
     template = "workflows/inbox.html"
     if request.htmx:
@@ -172,8 +170,7 @@ def inbox_bulk(request):
             refused[step.pk] = str(exc)
     if not picked:
         done.append("Tick the gates to decide first.")
-    gates = selectors.gate_evidence(list(decidable_by(request.user).select_related(
-        "run", "run__goal", "run__requested_by")))
+    gates = selectors.inbox_gates(request.user)
     for gate in gates:
         gate.notice = refused.get(gate.pk, "")
     gone = [message for pk, message in refused.items() if pk not in {g.pk for g in gates}]
@@ -355,9 +352,7 @@ def run_audit(request, pk: int):
     audit = selectors.run_audit(run)
     if request.GET.get("format") == "csv":
         header, rows = selectors.audit_rows(audit)
-        response = StreamingHttpResponse(csv_rows(rows, header), content_type="text/csv")
-        response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-audit.csv"'
-        return response
+        return csv_download(rows, header, f"run-{run.pk}-audit.csv")
     response = JsonResponse(audit, json_dumps_params={"indent": 2})
     response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-audit.json"'
     return response
@@ -376,7 +371,4 @@ def audit(request):
             "start": start, "end": end, "count": selectors.decisions(start, end).count()})
     rows = ([d[k] for k in selectors.DECISION_COLUMNS]
             for d in selectors.decision_rows(selectors.decisions(start, end)))
-    response = StreamingHttpResponse(csv_rows(rows, selectors.DECISION_COLUMNS),
-                                     content_type="text/csv")
-    response["Content-Disposition"] = 'attachment; filename="tollgate-decisions.csv"'
-    return response
+    return csv_download(rows, selectors.DECISION_COLUMNS, "tollgate-decisions.csv")

@@ -436,10 +436,10 @@ class TestLeases:
 
     def test_renew_only_with_live_token(self, run):
         step = engine.start_step(run, "build", owner="w1", lease_seconds=30)
-        assert engine.renew_lease(step.pk, step.lease_token, 30)
-        assert not engine.renew_lease(step.pk, "other", 30)
+        assert engine.renew_leases({step.pk: step.lease_token}, 30) == {step.pk}
+        assert engine.renew_leases({step.pk: "other"}, 30) == set()
         engine.cancel_run(run)
-        assert not engine.renew_lease(step.pk, step.lease_token, 30)
+        assert engine.renew_leases({step.pk: step.lease_token}, 30) == set()
 
     def test_expire_ignores_live_lease(self, run):
         step = engine.start_step(run, "build", owner="w1", lease_seconds=30)

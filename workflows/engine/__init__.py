@@ -31,7 +31,6 @@ from .steps import (
     note_sweep_failure,
     record_child,
     record_transition,
-    renew_lease,
     renew_leases,
     retry_step,
     skip_step,
@@ -47,6 +46,6 @@ __all__ = [
     "fail_step",
     "compensations", "mark_rung", "next_move", "note_lease_overdue", "note_sweep_failure",
     "open_run", "ready_filter", "ready_steps", "record_child", "record_transition", "reject",
-    "release_compensation", "renew_lease", "renew_leases", "require_operator", "retry_delay",
+    "release_compensation", "renew_leases", "require_operator", "retry_delay",
     "retry_step", "skip_step", "start_step", "transition_committed",
 ]

@@ -56,7 +56,7 @@ def commit(run: Run, kind: str, *, actor, step: Step | None = None, summary: str
     failed = hard_failure(frontier)
     opened = _open_gates(run, frontier, failed, now)
     previous_status = run.status
-    reopened = _settle_run(run, frontier, step, now)
+    reopened = _settle_run(run, frontier, step, now, previous_status)
     for gate in (*opened, *reopened):
         save_step(gate) if isinstance(gate, Step) else gate.save()
     run.checkpoint_seq += 1
@@ -95,10 +95,9 @@ def _open_gates(run: Run, frontier, failed, now) -> list:
     return opened
 
 
-def _settle_run(run: Run, frontier, step: Step | None, now) -> list:
+def _settle_run(run: Run, frontier, step: Step | None, now, previous_status: str) -> list:
     """Derive the run's status, times and next action; returns gates a failure closed.
     A run that fails here owes the compensations of its completed steps."""
-    previous_status = run.status
     busy = any(s.status != StepStatus.PENDING for s in frontier)
     # The ready step to name: the first not yet rung, else (ready steps already rung are
     # not in the frontier) the first one at all, looked up when nothing else is open.

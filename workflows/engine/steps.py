@@ -338,11 +338,6 @@ def renew_leases(leases: dict[int, str], seconds: float) -> set[int]:
     return renewed
 
 
-def renew_lease(step_id: int, token: str, seconds: float) -> bool:
-    """Extend one live lease; False when the step is no longer running under this token."""
-    return step_id in renew_leases({step_id: token}, seconds)
-
-
 def record_child(step_id: int, token: str, pid: int, pgid: int) -> bool:
     """Note the command a running attempt spawned (shown on the run page while it runs)."""
     return bool(Step.objects.filter(pk=step_id, lease_token=token, status=StepStatus.RUNNING)
