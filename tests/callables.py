@@ -5,7 +5,9 @@ import time
 
 
 def record(context: dict) -> None:
-    """Append one line per execution to $TOLLGATE_TRACE_FILE: proof of how often a step ran."""
+    """Append one line per execution to $TOLLGATE_TRACE_FILE: proof of how often a step ran.
+    With `record_seconds` in the shared state it takes that long, like real work."""
+    time.sleep(float(context["shared_state"].get("record_seconds", 0)))
     line = f"{context['run_id']}:{context['step_key']}:{context['attempt']}:{os.getpid()}\n"
     with open(os.environ["TOLLGATE_TRACE_FILE"], "a") as trace:
         trace.write(line)

@@ -210,7 +210,8 @@ REDIS_URL = os.environ.get("TOLLGATE_REDIS_URL", "")
 HUEY_FILE = os.environ.get("TOLLGATE_HUEY_FILE", str(VAR_DIR / "huey.sqlite3"))
 if REDIS_URL:
     HUEY = {
-        "huey_class": "huey.RedisHuey",
+        # A sorted set: doorbells carry their run's priority, periodic tasks go first.
+        "huey_class": "huey.PriorityRedisHuey",
         "name": os.environ.get("TOLLGATE_HUEY_NAME", "tollgate"),
         "url": REDIS_URL,
         "immediate": False,
@@ -222,9 +223,10 @@ else:
         "name": os.environ.get("TOLLGATE_HUEY_NAME", "tollgate"),
         "filename": HUEY_FILE,
         "immediate": False,
-        # SqliteHuey polls: keep the gap between a doorbell and a worker short.
-        "consumer": {"workers": 4, "worker_type": "thread", "initial_delay": 0.01,
-                     "backoff": 1.5, "max_delay": 0.2},
+        # SqliteHuey polls (a cheap read while the queue is empty): keep the gap between a
+        # doorbell and a worker short.
+        "consumer": {"workers": 4, "worker_type": "thread", "initial_delay": 0.005,
+                     "backoff": 1.5, "max_delay": 0.05},
     }
 
 TOLLGATE_LEASE_SECONDS = float(os.environ.get("TOLLGATE_LEASE_SECONDS", "30"))
@@ -237,8 +239,14 @@ TOLLGATE_REDACT_ENV = env_list("TOLLGATE_REDACT_ENV")
 # set), then the spec's `env`. Nothing else of the worker's leaks into a step.
 TOLLGATE_COMMAND_ENV = env_list("TOLLGATE_COMMAND_ENV", "PATH,HOME,LANG,LC_ALL,TZ,TMPDIR")
 TOLLGATE_OUTPUT_CAP = int(os.environ.get("TOLLGATE_OUTPUT_CAP", str(64 * 1024)))
-# Queue newly ready steps on Huey after each transition commits.
+# Ring doorbells on Huey for newly ready steps after each transition commits.
 TOLLGATE_DISPATCH = env_bool("TOLLGATE_DISPATCH", True)
+# At most this many doorbells per transition: each wakes a worker that keeps claiming while
+# any run has work, so a fan-out of thousands needs no more than there are workers.
+TOLLGATE_WAKE_LIMIT = int(os.environ.get("TOLLGATE_WAKE_LIMIT", "32"))
+# How long a worker keeps claiming steps for one doorbell before it lets the queue's other
+# tasks have their turn (it rings again if work remains).
+TOLLGATE_WORKER_BATCH_SECONDS = float(os.environ.get("TOLLGATE_WORKER_BATCH_SECONDS", "2"))
 
 LOGGING = {
     "version": 1,

@@ -10,6 +10,7 @@ from django.http import Http404
 from ninja import Body, Field, Path, Query, Router, Schema, Status
 from ninja.errors import HttpError
 
+from goals.models import Priority
 from tollgate.api import Error, Id, Key
 from tollgate.query import MAX_ID
 
@@ -87,6 +88,9 @@ class RunIn(Schema):
     shared_state: dict[str, Any] | None = None
     params: dict[str, Any] | None = Field(None, description="the spec's typed run parameters")
     title: str = Field("", max_length=200)
+    priority: Literal[tuple(Priority.values)] | None = Field(
+        None, description="workers serve higher priorities first (default: the goal's, else "
+                          "normal)")
 
 
 class CheckpointOut(Schema):
@@ -232,7 +236,7 @@ def create_run(request, payload: RunIn):
     opened = engine.open_run(payload.spec, actor=request.user, goal=payload.goal,
                              idempotency_key=payload.idempotency_key,
                              shared_state=payload.shared_state, title=payload.title,
-                             params=payload.params)
+                             params=payload.params, priority=payload.priority)
     return Status(200 if opened.reused else 201, fresh_run(opened.run.pk, reused=opened.reused))
 
 

@@ -10,7 +10,7 @@ import logging
 
 from django.conf import settings
 
-from .engine import Announcement, mark_rung
+from .engine import Announcement
 from .models import CheckpointKind, StepStatus
 
 log = logging.getLogger(__name__)
@@ -35,45 +35,42 @@ def notification_events(announcement: Announcement) -> list[tuple[str, str]]:
 
 
 def on_transition(sender, announcement: Announcement, **kwargs) -> None:
-    """After a transition commits: ring its newly ready steps, schedule its retries, start
-    compensation of a run that just failed, and send its notifications."""
-    enqueue(announcement.ring)
-    for step_id, eta in announcement.retry:
-        enqueue_at(step_id, eta)
-    if settings.TOLLGATE_DISPATCH and announcement.run_failed:
-        compensate(announcement.run_id)
+    """After a transition commits: wake workers for its newly ready steps, schedule its
+    retries, start compensation of a run that just failed, and send its notifications."""
+    if settings.TOLLGATE_DISPATCH:
+        wake(len(announcement.ring), announcement.priority)
+        for _, eta in announcement.retry:
+            wake_at(eta, announcement.priority)
+        if announcement.run_failed:
+            compensate(announcement.run_id)
     if settings.TOLLGATE_NOTIFY:
         events = notification_events(announcement)
         if events:
             notify(announcement.checkpoint_id, events)
 
 
-def enqueue(step_ids) -> None:
-    """Ask a worker to try each step now; a lost message is found again by the sweeper."""
-    from .tasks import run_step
+def wake(count: int, priority: int = 1) -> None:
+    """Ring up to `count` doorbells (at most TOLLGATE_WAKE_LIMIT): each wakes a worker,
+    which claims the next step any run has for it and keeps going while there is work, so
+    a doorbell names no step. A lost one is found again by the sweeper."""
+    from .tasks import work
 
-    for step_id in step_ids:
+    for _ in range(min(count, settings.TOLLGATE_WAKE_LIMIT)):
         try:
-            run_step(step_id)
+            work(priority=priority)
         except Exception:  # the queue being down must not undo a committed transition
-            log.exception("Could not enqueue step %s; the sweeper will ring again", step_id)
+            log.exception("Could not ring a doorbell; the sweeper will ring again")
+            return
 
 
-def enqueue_at(step_id: int, eta) -> None:
-    """Ask a worker to try a step at `eta` (a scheduled retry)."""
-    from .tasks import run_step
+def wake_at(eta, priority: int = 1) -> None:
+    """Ring a doorbell at `eta` (a scheduled retry)."""
+    from .tasks import work
 
     try:
-        run_step.schedule(args=(step_id,), eta=eta)
+        work.schedule(eta=eta, priority=priority)
     except Exception:
-        log.exception("Could not schedule step %s; the sweeper will ring again", step_id)
-
-
-def ring(step_ids) -> None:
-    """Mark the steps rung and ask a worker to try each now."""
-    step_ids = list(step_ids)
-    mark_rung(step_ids)
-    enqueue(step_ids)
+        log.exception("Could not schedule a doorbell for %s; the sweeper will ring again", eta)
 
 
 def compensate(run_id: int) -> None:

@@ -108,6 +108,18 @@ class Run(models.Model):
     title = models.CharField(max_length=200, blank=True)
     status = models.CharField(max_length=20, choices=RunStatus, default=RunStatus.OPEN)
     priority = models.CharField(max_length=16, choices=Priority, default=Priority.NORMAL)
+    # Workers claim the claimable runs by rank, then the one that has waited longest.
+    priority_rank = models.GeneratedField(
+        expression=models.Case(*(models.When(priority=p, then=rank)
+                                 for rank, p in enumerate(Priority.values)),
+                               default=1),
+        output_field=models.SmallIntegerField(), db_persist=True)
+    # At most this many of the run's worker steps run at once (the spec's max_parallel).
+    max_parallel = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    # When a worker may next claim one of its steps (None: nothing waits for a worker), and
+    # when a worker last did: kept by the engine, they order the claims (rules.claimable_at).
+    claimable_at = models.DateTimeField(null=True, blank=True, editable=False)
+    served_at = models.DateTimeField(default=timezone.now, editable=False)
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -135,6 +147,9 @@ class Run(models.Model):
             models.Index(fields=["status", "-created_at"]),
             models.Index(fields=["goal", "status"]),
             models.Index(fields=["spec_name", "-created_at"]),
+            # The claim order of the runs that have work for a worker (engine.claim_next).
+            models.Index(fields=["-priority_rank", "served_at"],
+                         condition=Q(claimable_at__isnull=False), name="run_claim_order_idx"),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -264,7 +279,10 @@ class Step(HeldByProcess):
             # A run's frontier without reading its other steps, already in step order.
             models.Index(fields=["run", "index"], condition=STEP_FRONTIER,
                          name="step_frontier_idx"),
-            models.Index(fields=["run", "status"], name="step_run_status_idx"),
+            # A run's ready worker steps in order: what a claim takes next.
+            models.Index(fields=["run", "index"],
+                         condition=Q(kind="run", status="pending", waiting_on=0),
+                         name="step_ready_idx"),
         ]
 
     def __str__(self) -> str:
@@ -381,8 +399,10 @@ class CheckpointQuerySet(models.QuerySet):
 
 
 class Checkpoint(models.Model):
-    # PROTECT: the audit trail outlives any attempt to delete its run or steps.
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="checkpoints")
+    # PROTECT: the audit trail outlives any attempt to delete its run or steps. No index of
+    # its own: the (run, seq) unique constraint leads with run.
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="checkpoints",
+                            db_index=False)
     seq = models.PositiveIntegerField()
     kind = models.CharField(max_length=40, choices=CheckpointKind)
     step = models.ForeignKey(
@@ -390,8 +410,10 @@ class Checkpoint(models.Model):
     )
     run_status = models.CharField(max_length=20, choices=RunStatus)
     step_status = models.CharField(max_length=20, choices=StepStatus, blank=True)
+    # Indexed only where a person acted (see Meta): workers' checkpoints skip the index.
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        db_index=False,
     )
     actor_name = models.CharField(max_length=200)
     summary = models.TextField(blank=True)
@@ -407,6 +429,8 @@ class Checkpoint(models.Model):
             models.UniqueConstraint(fields=["run", "seq"], name="checkpoint_seq_unique_in_run"),
             models.CheckConstraint(condition=Q(seq__gte=1), name="checkpoint_seq_positive"),
         ]
+        indexes = [models.Index(fields=["actor"], condition=Q(actor__isnull=False),
+                                name="checkpoint_actor_idx")]
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.kind}"

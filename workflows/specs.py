@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 
 from .params import check_fields
 
-TOP_FIELDS = {"name", "version", "description", "steps", "params"}
+TOP_FIELDS = {"name", "version", "description", "steps", "params", "max_parallel"}
 STEP_FIELDS = {
     "key", "title", "description", "depends_on", "run", "approval", "max_retries",
     "retry_backoff_seconds", "retry_backoff", "retry_backoff_max_seconds",
@@ -51,6 +51,7 @@ LIMITS = {
     "retry_backoff_max_seconds": 7 * 86400,
     "timeout_seconds": 30 * 86400,
     "required": 100,
+    "max_parallel": 10000,
 }
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 # The lengths the database stores.
@@ -289,6 +290,9 @@ def validate_spec(data) -> dict:
     if cycle_at := _find_cycle(normal_steps):
         _fail(f"step {cycle_at!r}", "is part of a dependency cycle")
     normal = {"name": name, "description": data.get("description", ""), "steps": normal_steps}
+    if "max_parallel" in data:
+        _number("spec", data, "max_parallel", integer=True, positive=True)
+        normal["max_parallel"] = data["max_parallel"]
     if "params" in data:
         try:
             normal["params"] = check_fields(data["params"], "spec params")

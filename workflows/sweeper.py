@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from . import dispatch, engine, processes
@@ -120,14 +120,25 @@ def recover_compensations(now, limit: int) -> int:
 
 
 def rering_idle(now, limit: int) -> int:
-    """Ring ready steps of runs that have not moved lately and whose doorbell looks lost."""
+    """Wake workers for runs that have had work for a while that no worker served: their
+    doorbells look lost. A run with a ready step but no claim time gets it back first."""
     quiet = now - timedelta(seconds=2 * settings.TOLLGATE_SWEEP_SECONDS)
-    idle_runs = (Run.objects.filter(status__in=[RunStatus.OPEN, RunStatus.RUNNING],
-                                    updated_at__lt=quiet)
-                 .order_by("updated_at").values_list("pk", flat=True)[:limit])
-    ready = (Step.objects.filter(engine.ready_filter(now), run__in=list(idle_runs))
-             .filter(Q(rung_at__isnull=True) | Q(rung_at__lt=quiet))
-             .exclude(engine.RUN_HAS_HARD_FAILURE))
-    ring = list(ready.values_list("pk", flat=True)[:limit])
-    dispatch.ring(ring)
-    return len(ring)
+    unscheduled = (Run.objects.filter(status__in=[RunStatus.OPEN, RunStatus.RUNNING],
+                                      claimable_at__isnull=True, updated_at__lt=quiet)
+                   .filter(Exists(Step.objects.filter(engine.ready_filter(now),
+                                                      run=OuterRef("pk"))))
+                   .exclude(Exists(Step.objects.filter(run=OuterRef("pk"),
+                                                       status=StepStatus.FAILED,
+                                                       continue_on_failure=False)))
+                   .values_list("pk", flat=True)[:limit])
+    for run_id in list(unscheduled):
+        try:
+            engine.reschedule(run_id)
+        except Exception as exc:
+            note_failure(run_id, None, "reschedule its ready steps", exc)
+    idle = list(Run.objects.filter(claimable_at__lte=quiet, served_at__lt=quiet)
+                .order_by("-priority_rank", "served_at")
+                .values_list("priority_rank", flat=True)[:limit])
+    for rank in idle:
+        dispatch.wake(1, rank)
+    return len(idle)

@@ -21,12 +21,24 @@ log = logging.getLogger(__name__)
 Scheduler.periodic_task_seconds = settings.TOLLGATE_SWEEP_SECONDS
 
 
+PERIODIC_PRIORITY = 10  # doorbells carry their run's priority rank, 0 to 3
+
+
 def every_tick(_now) -> bool:
     return True
 
 
 @db_task()
+def work() -> None:
+    """A doorbell: claim and run whatever steps the runs have for a worker."""
+    ran = worker.work()
+    if ran:
+        log.info("ran %s step(s)", ran)
+
+
+@db_task()
 def run_step(step_id: int) -> None:
+    """A doorbell for one step (rung by earlier versions; kept for their queued messages)."""
     log.info("step %s: %s", step_id, worker.run_step(step_id))
 
 
@@ -35,13 +47,14 @@ def compensate_run(run_id: int) -> None:
     log.info("run %s: compensated %s", run_id, worker.compensate_run(run_id))
 
 
-@db_periodic_task(every_tick)
+# The periodic tasks go before doorbells: a flood of work must not delay the sweeper.
+@db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
 def sweep() -> dict:
     report = sweeper.sweep()
     return {"expired": report.expired, "rerung": report.rerung}
 
 
-@db_periodic_task(every_tick)
+@db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
 def start_scheduled_runs() -> dict:
     from . import schedules
 
@@ -49,7 +62,7 @@ def start_scheduled_runs() -> dict:
     return {"started": report.started, "skipped": report.skipped, "missed": report.missed}
 
 
-@db_periodic_task(every_tick)
+@db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
 def apply_gate_deadlines() -> int:
     from . import deadlines
 

@@ -21,7 +21,7 @@ from functools import partial
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
-from . import engine, processes
+from . import dispatch, engine, processes
 from .engine import compensations
 from .executors import execute
 from .models import Step
@@ -143,8 +143,29 @@ def report(call, *, what: str):
             delay = min(delay * 2, 2.0)
 
 
+def work(budget: float | None = None) -> int:
+    """What a doorbell asks: claim and run steps, each from the run that should be served
+    next (engine.claim_next), until no run has work for a worker or the time budget
+    (TOLLGATE_WORKER_BATCH_SECONDS) is spent; then, if work remains, ring one doorbell so
+    that the queue's other tasks get their turn. Returns how many steps it ran."""
+    deadline = time.monotonic() + (settings.TOLLGATE_WORKER_BATCH_SECONDS
+                                   if budget is None else budget)
+    owner, ran = worker_name(), 0
+    while True:
+        if time.monotonic() >= deadline:
+            if engine.claimable_exists():
+                dispatch.wake(1)
+            return ran
+        step = engine.claim_next(owner=owner, holder=processes.this_process(),
+                                 lease_seconds=settings.TOLLGATE_LEASE_SECONDS)
+        if step is None:
+            return ran
+        ran += len(_execute(step, owner, deadline))
+
+
 def run_step(step_id: int) -> str:
-    """Claim and execute one step; returns what happened, for logs and tests."""
+    """Claim and execute one given step (and the steps its completions hand this worker);
+    returns the kind of the last checkpoint, for logs and tests."""
     owner = worker_name()
     try:
         step = engine.claim_step(step_id, owner=owner, holder=processes.this_process(),
@@ -155,20 +176,23 @@ def run_step(step_id: int) -> str:
         # Taken by another worker, not due, or the run moved on: the doorbell was stale.
         log.info("Step %s not started: %s", step_id, exc)
         return "not-ready"
-    return _execute(step, owner)
+    deadline = time.monotonic() + settings.TOLLGATE_WORKER_BATCH_SECONDS
+    return _execute(step, owner, deadline)[-1]
 
 
-def _execute(step: Step, owner: str) -> str:
-    """Run a claimed step, and the steps its completions hand this worker, each under its
-    lease; report each outcome with its lease token."""
-    while True:
-        checkpoint = _execute_one(step, owner)
+def _execute(step: Step, owner: str, deadline: float) -> list[str]:
+    """Run a claimed step, and the steps its completions hand this worker until the
+    deadline, each under its lease; report each outcome with its lease token. Returns the
+    kinds of the checkpoints that ended them."""
+    kinds = []
+    while step is not None:
+        checkpoint = _execute_one(step, owner, chain=time.monotonic() < deadline)
+        kinds.append(checkpoint.kind)
         step = getattr(checkpoint, "next_step", None)
-        if step is None:
-            return checkpoint.kind
+    return kinds
 
 
-def _execute_one(step: Step, owner: str):
+def _execute_one(step: Step, owner: str, chain: bool = True):
     context = {"run_id": step.run_id, "step_key": step.key, "attempt": step.attempt,
                "params": step.run.params}
     token = step.lease_token
@@ -183,17 +207,18 @@ def _execute_one(step: Step, owner: str):
     try:
         outcome = execute(step.config["run"], context=context, shared_state=step.run.shared_state,
                           stop=stop, on_spawn=spawned)
-        checkpoint = _report_outcome(step, token, owner, outcome)
+        checkpoint = _report_outcome(step, token, owner, outcome, chain)
     finally:
         KEEPER.release("step", step.pk)
     return checkpoint
 
 
-def _report_outcome(step: Step, token: str, owner: str, outcome):
+def _report_outcome(step: Step, token: str, owner: str, outcome, chain: bool):
     common = {"actor": f"worker {owner}", "summary": outcome.summary,
               "evidence": outcome.evidence, "lease_token": token}
     if outcome.ok:
-        chain = engine.Chain(owner, settings.TOLLGATE_LEASE_SECONDS, processes.this_process())
+        chain = engine.Chain(owner, settings.TOLLGATE_LEASE_SECONDS,
+                             processes.this_process()) if chain else None
         report_call = partial(engine.complete_step, step.run_id, step.key,
                               state_patch=outcome.state_patch, chain=chain, **common)
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -117,7 +118,7 @@ def test_disk_full_during_a_step_is_recovered_after_space_returns(settings):
     first = Step.objects.get(run=run, key="s0")
 
     def disk_full(execute, sql, params, many, context):
-        if sql.lstrip().upper().startswith(("INSERT", "UPDATE")) and "workflows_checkpoint" in sql:
+        if re.search(r'(INSERT INTO|UPDATE) "?workflows_checkpoint', sql):
             raise OperationalError("database or disk is full")
         return execute(sql, params, many, context)
 

@@ -108,7 +108,9 @@ def test_two_consumers_run_every_step_exactly_once(consumers, tmp_path):
     HUEY.storage.flush_results()
     consumers(workers=2, TOLLGATE_TRACE_FILE=str(trace))
     consumers(workers=2, TOLLGATE_TRACE_FILE=str(trace))
-    runs = [engine.open_run(spec).run for _ in range(2)]
+    # Steps that take a little while, so that every worker gets its share.
+    runs = [engine.open_run(spec, shared_state={"record_seconds": 0.01}).run
+            for _ in range(2)]
     for run in runs:
         wait_for(lambda run=run: closed(run), 120, 0.25, what="200 steps to finish")
         assert run_status(run) == "completed"

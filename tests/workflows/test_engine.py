@@ -487,18 +487,13 @@ class TestTransitionCost:
             engine.start_step(run, f"s{i}")
             engine.complete_step(run, f"s{i}")
         rows = []
-        light, model = engine_rows.StepState.__init__, Step.from_db.__func__
+        instance = engine_rows.STEP.instance
 
-        def light_row(self, row):
+        def counted(row, offset=0):
             rows.append(row)
-            light(self, row)
+            return instance(row, offset)
 
-        def model_row(cls, db, names, values, **kwargs):
-            rows.append(values)
-            return model(cls, db, names, values, **kwargs)
-
-        monkeypatch.setattr(engine_rows.StepState, "__init__", light_row)
-        monkeypatch.setattr(Step, "from_db", classmethod(model_row))
+        monkeypatch.setattr(engine_rows.STEP, "instance", counted)
         key, costs = f"s{chain_length - 2}", []
         for move in (lambda: engine.start_step(run, key),
                      lambda: engine.complete_step(run, key)):

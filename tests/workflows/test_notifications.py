@@ -55,8 +55,7 @@ def test_a_retried_task_never_sends_twice(release_spec, people):
     run = engine.open_run(release_spec, actor=people["alice"]).run
     engine.record_transition(run, "build", step_status="completed")
     checkpoint = Checkpoint.objects.filter(run=run).last()
-    events = notification_events(Announcement(run.pk, checkpoint.pk, checkpoint, "waiting_approval",
-                                              "open"))
+    events = notification_events(Announcement(run.pk, checkpoint, "waiting_approval", "open"))
     assert events == [("gate_waiting", "qa")]
     assert notifications.deliver(checkpoint.pk, events) == 2
     assert notifications.deliver(checkpoint.pk, events) == 0  # the task ran again

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from workflows import engine, sweeper, worker
-from workflows.models import Checkpoint, Step
+from workflows.models import Checkpoint, Run, Step
 from workflows.specs import store_spec
 
 from .helpers import kinds, status
@@ -100,7 +100,7 @@ def test_failed_run_rings_compensation_after_commit(db, settings, monkeypatch,
     settings.TOLLGATE_DISPATCH = True
     rung = []
     monkeypatch.setattr("workflows.dispatch.compensate", rung.append)
-    monkeypatch.setattr("workflows.dispatch.enqueue", lambda ids: None)
+    monkeypatch.setattr("workflows.dispatch.wake", lambda count, priority=1: None)
     run = engine.open_run(spec({"key": "a", "run": {"command": ["false"]}})).run
     engine.start_step(run, "a")
     with django_capture_on_commit_callbacks(execute=True):
@@ -122,19 +122,26 @@ def test_sweeper_expires_dead_leases_into_retry_or_failure(db):
     assert sweeper.sweep().expired == 0
 
 
-def test_sweeper_rerings_idle_ready_steps(db, settings, monkeypatch):
-    rung = []
-    monkeypatch.setattr("workflows.dispatch.ring", lambda ids: rung.extend(ids))
+def test_sweeper_rings_for_runs_no_worker_served(db, settings, monkeypatch):
+    woken = []
+    monkeypatch.setattr("workflows.dispatch.wake", lambda count, priority=1: woken.append(
+        (count, priority)))
     run = engine.open_run(spec({"key": "a", "run": {"command": ["true"]}})).run
+    assert Run.objects.get(pk=run.pk).claimable_at is not None
     assert sweeper.sweep().rerung == 0  # just opened: its doorbell may still be in the queue
     later = timezone.now() + timedelta(seconds=3 * settings.TOLLGATE_SWEEP_SECONDS)
-    assert sweeper.sweep(now=later).rerung == 1 and rung == [step_id(run, "a")]
+    assert sweeper.sweep(now=later).rerung == 1 and woken == [(1, 1)]
+    engine.start_step(run, "a", owner="w", lease_seconds=30)  # served: nothing left to claim
+    assert sweeper.sweep(now=later).rerung == 0 and woken == [(1, 1)]
 
 
-def test_sweeper_rerings_due_retries_but_not_runs_held_by_a_failure(db, settings, monkeypatch):
-    rung = []
-    monkeypatch.setattr("workflows.dispatch.ring", lambda ids: rung.extend(ids))
-    flaky = engine.open_run(spec({"key": "a", "max_retries": 2, "run": {"command": ["true"]}}))
+def test_sweeper_rings_for_due_retries_but_not_runs_held_by_a_failure(db, settings,
+                                                                     monkeypatch):
+    woken = []
+    monkeypatch.setattr("workflows.dispatch.wake", lambda count, priority=1: woken.append(
+        count))
+    flaky = engine.open_run(spec({"key": "a", "max_retries": 2, "retry_backoff_seconds": 60,
+                                  "run": {"command": ["true"]}}))
     engine.start_step(flaky.run, "a")
     engine.fail_step(flaky.run, "a")  # retrying
     store_spec({"name": "held", "steps": [
@@ -148,10 +155,13 @@ def test_sweeper_rerings_due_retries_but_not_runs_held_by_a_failure(db, settings
     # Still running (slow is active), but a hard failure holds back "idle".
     engine.fail_step(held, "broken", retryable=False)
     assert status(held)["run"] == "running"
-    Step.objects.update(rung_at=None, retry_after=timezone.now())
-    later = timezone.now() + timedelta(seconds=3 * settings.TOLLGATE_SWEEP_SECONDS)
+    assert Run.objects.get(pk=held.pk).claimable_at is None
+    retry_at = Run.objects.get(pk=flaky.run.pk).claimable_at
+    assert retry_at == Step.objects.get(run=flaky.run, key="a").retry_after
+    later = max(retry_at, timezone.now()) + timedelta(
+        seconds=3 * settings.TOLLGATE_SWEEP_SECONDS)
     assert sweeper.sweep(now=later).rerung == 1
-    assert rung == [step_id(flaky.run, "a")]
+    assert woken == [1]
 
 
 def test_expired_lease_query_uses_the_partial_index(db):

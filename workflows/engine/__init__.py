@@ -13,15 +13,17 @@ Modules: `errors`, `rules` (settled, ready, run status, next move: shared by Pyt
 """
 
 from . import compensations
-from .commit import Announcement, mark_rung, transition_committed
+from .commit import Announcement, transition_committed
 from .errors import IllegalTransition, InvalidInput, NotFound, NotPermitted, WorkflowError
 from .gates import approve, expire_gate, reject
 from .moves import require_operator
+from .rows import claimable_exists
 from .rules import RUN_HAS_HARD_FAILURE, next_move, ready_filter, ready_steps, retry_delay
 from .runs import Opened, add_steps, cancel_run, open_run
 from .steps import (
     AGENT_STATUSES,
     Chain,
+    claim_next,
     claim_step,
     complete_step,
     expire_lease,
@@ -32,6 +34,7 @@ from .steps import (
     record_child,
     record_transition,
     renew_leases,
+    reschedule,
     retry_step,
     skip_step,
     start_step,
@@ -42,10 +45,10 @@ release_compensation = compensations.release
 __all__ = [
     "AGENT_STATUSES", "RUN_HAS_HARD_FAILURE", "Announcement", "Chain", "IllegalTransition",
     "InvalidInput", "NotFound", "NotPermitted", "Opened", "WorkflowError", "add_steps", "approve",
-    "cancel_run", "claim_step", "complete_step", "expire_gate", "expire_lease", "expire_wait",
-    "fail_step",
-    "compensations", "mark_rung", "next_move", "note_lease_overdue", "note_sweep_failure",
-    "open_run", "ready_filter", "ready_steps", "record_child", "record_transition", "reject",
-    "release_compensation", "renew_leases", "require_operator", "retry_delay",
-    "retry_step", "skip_step", "start_step", "transition_committed",
+    "cancel_run", "claim_next", "claim_step", "claimable_exists", "compensations",
+    "complete_step", "expire_gate", "expire_lease", "expire_wait", "fail_step", "next_move",
+    "note_lease_overdue", "note_sweep_failure", "open_run", "ready_filter", "ready_steps",
+    "record_child", "record_transition", "reject", "release_compensation", "renew_leases",
+    "require_operator", "reschedule", "retry_delay", "retry_step", "skip_step", "start_step",
+    "transition_committed",
 ]

@@ -23,7 +23,7 @@ from ..models import (
 )
 from .commit import commit
 from .moves import set_holder
-from .rows import load_step, lock_run
+from .rows import locked
 
 OPEN = (CompensationStatus.PENDING, CompensationStatus.RUNNING)
 
@@ -64,11 +64,11 @@ def finish(row_id: int, token: str, *, ok: bool, summary: str = "",
            evidence=None) -> Checkpoint | None:
     """Record a compensation's outcome: the step is `compensated` (not done any more) or the
     failure is on the timeline. A report whose lease was lost records nothing."""
-    with transaction.atomic():
-        row = Compensation.objects.filter(pk=row_id).only("run_id").first()
-        if row is None:
-            return None
-        run = lock_run(row.run_id)
+    found = Compensation.objects.filter(pk=row_id).values_list("run_id", "step_id").first()
+    if found is None:
+        return None
+    run_id, step_id = found
+    with locked(run_id, step_id=step_id) as state:
         row = Compensation.objects.get(pk=row_id)
         if row.status != CompensationStatus.RUNNING or row.lease_token != token:
             return None  # released by the sweeper meanwhile; another attempt owns it
@@ -77,11 +77,11 @@ def finish(row_id: int, token: str, *, ok: bool, summary: str = "",
         row.summary, row.finished_at, row.lease_token = summary[:10000], now, ""
         row.lease_expires_at = None
         row.save()
-        step = load_step(run, pk=row.step_id)
+        step = state.find(step_id)
         if ok:
             step.status = StepStatus.COMPENSATED
         kind = CheckpointKind.COMPENSATED if ok else CheckpointKind.COMPENSATION_FAILED
-        return commit(run, kind, actor=None, step=step,
+        return commit(state, kind, actor=None, step=step,
                       evidence={**(evidence or {}), "attempt": row.attempt},
                       summary=f"Compensation of {step.title}: {summary}")
 
@@ -89,11 +89,10 @@ def finish(row_id: int, token: str, *, ok: bool, summary: str = "",
 def release(row_id: int) -> Checkpoint | None:
     """The sweeper's move: a compensation whose worker is gone goes back to pending, to run
     again."""
-    with transaction.atomic():
-        row = Compensation.objects.filter(pk=row_id).select_related("step").first()
-        if row is None:
-            return None
-        run = lock_run(row.run_id)
+    row = Compensation.objects.filter(pk=row_id).select_related("step").first()
+    if row is None:
+        return None
+    with locked(row.run_id) as state:
         released = Compensation.objects.filter(
             pk=row_id, status=CompensationStatus.RUNNING,
             lease_expires_at__lt=timezone.now()).update(
@@ -101,7 +100,7 @@ def release(row_id: int) -> Checkpoint | None:
             rung_at=None)
         if not released:
             return None
-        return commit(run, CheckpointKind.LEASE_RECOVERED, actor="sweeper",
+        return commit(state, CheckpointKind.LEASE_RECOVERED, actor="sweeper",
                       summary=f"Compensation of {row.step.title}: its worker is gone "
                               f"(attempt {row.attempt}); it will run again",
                       evidence={"compensation": row.pk, "holder": {

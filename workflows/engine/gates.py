@@ -3,15 +3,19 @@ rules (see `workflows.permissions`), or by their deadline."""
 
 from __future__ import annotations
 
-from django.db import transaction
 from django.utils import timezone
 
 from .. import permissions
 from ..models import Approval, Checkpoint, CheckpointKind, Decision, Run, Step, StepKind, StepStatus
+from . import sql
 from .commit import commit
 from .errors import IllegalTransition, InvalidInput, NotPermitted
 from .moves import close_gate, fail_for_good, require_open
-from .rows import lock_run, locked_by_step_id, step_of
+from .rows import RunState, locked
+
+APPROVAL = sql.Table(Approval)
+APPROVAL_COLUMNS = ("step_id", "attempt", "user_id", "decision", "comment", "group",
+                    "waited_seconds", "at")
 
 
 def _check_approver(run: Run, step: Step, user) -> None:
@@ -22,8 +26,11 @@ def _check_approver(run: Run, step: Step, user) -> None:
         raise NotPermitted(refusal)
 
 
-def _gate(run, key, user, verb: str) -> Step:
-    step = step_of(run, key)
+def _gate(state: RunState, key, user, verb: str) -> tuple[Step, list[tuple[int, str]]]:
+    """The gate, if this user may decide it now, with this attempt's decisions so far
+    ((user id, decision) pairs)."""
+    run = state.run
+    step = state.step(key)
     require_open(run, f"{verb} {key}")
     if step.kind != StepKind.APPROVAL:
         raise IllegalTransition(f"{key} is not an approval gate.")
@@ -31,59 +38,64 @@ def _gate(run, key, user, verb: str) -> Step:
         raise IllegalTransition(f"Cannot {verb} {key}: it is {step.status}, "
                                 "not waiting for approval.")
     _check_approver(run, step, user)
-    if Approval.objects.filter(step=step, attempt=step.attempt, user=user).exists():
+    with sql.cursor() as cursor:
+        cursor.execute(f"SELECT user_id, decision FROM {APPROVAL.name} WHERE step_id = %s "
+                       "AND attempt = %s", [step.pk, step.attempt])
+        decided = cursor.fetchall()
+    if any(user_id == user.pk for user_id, _ in decided):
         raise IllegalTransition(f"{user.get_username()} has already decided {key}.")
-    return step
+    return step, decided
 
 
-def _record_decision(step: Step, user, decision: str, comment: str) -> Approval:
+def _record_decision(step: Step, user, decision: str, comment: str) -> None:
+    """Insert the decision now: the unique (step, attempt, user) is the last word on a
+    second decision racing in."""
     now = timezone.now()
     waited = (now - step.waiting_since).total_seconds() if step.waiting_since else None
-    return Approval.objects.create(step=step, attempt=step.attempt, user=user, decision=decision,
-                                   comment=comment, group=step.approval_group,
-                                   waited_seconds=waited, at=now)
+    with sql.cursor() as cursor:
+        cursor.execute(*APPROVAL.insert(APPROVAL_COLUMNS, [(
+            step.pk, step.attempt, user.pk, decision, comment, step.approval_group, waited,
+            now)]))
 
 
 def approve(run, key: str, *, user, comment: str = "") -> Checkpoint:
     """Record an approval; the gate completes when its quorum of distinct approvers is met."""
-    with transaction.atomic():
-        run = lock_run(run)
-        step = _gate(run, key, user, "approve")
+    with locked(run, key=key) as state:
+        step, decided = _gate(state, key, user, "approve")
         _record_decision(step, user, Decision.APPROVE, comment)
-        count = Approval.objects.filter(
-            step=step, attempt=step.attempt, decision=Decision.APPROVE
-        ).count()
+        count = 1 + sum(1 for _, decision in decided if decision == Decision.APPROVE)
         evidence = {"approvals": count, "required": step.approval_required}
         if count >= step.approval_required:
             close_gate(step)
             step.status = StepStatus.COMPLETED
             step.finished_at = timezone.now()
             step.last_summary = comment
-            return commit(run, CheckpointKind.STEP_APPROVED, actor=user, step=step,
+            return commit(state, CheckpointKind.STEP_APPROVED, actor=user, step=step,
                           summary=comment or f"Approved ({count} of {step.approval_required})",
                           evidence=evidence)
-        return commit(run, CheckpointKind.APPROVAL_RECORDED, actor=user, step=step,
+        return commit(state, CheckpointKind.APPROVAL_RECORDED, actor=user, step=step,
                       summary=comment or f"Approved ({count} of {step.approval_required})",
-                       evidence=evidence)
+                      evidence=evidence)
 
 
 def reject(run, key: str, *, user, comment: str) -> Checkpoint:
     """Reject a gate: it fails, with the comment as its reason."""
     if not (comment or "").strip():
         raise InvalidInput("A comment is required to reject.")
-    with transaction.atomic():
-        run = lock_run(run)
-        step = _gate(run, key, user, "reject")
+    with locked(run, key=key) as state:
+        step, _ = _gate(state, key, user, "reject")
         _record_decision(step, user, Decision.REJECT, comment)
         close_gate(step)
-        fail_for_good(run, step, timezone.now(), comment,
+        fail_for_good(state.run, step, timezone.now(), comment,
                       f"rejected by {user.get_username()}: {comment}")
-        return commit(run, CheckpointKind.STEP_REJECTED, actor=user, step=step, summary=comment)
+        return commit(state, CheckpointKind.STEP_REJECTED, actor=user, step=step,
+                      summary=comment)
 
 
 def expire_gate(step_id: int) -> Checkpoint | None:
     """A gate past its deadline is rejected or escalated, as its spec says."""
-    with locked_by_step_id(step_id) as (run, step):
+    with locked(None, step_id=step_id) as state:
+        run, step = state.run, state.find(step_id)
         now = timezone.now()
         if (step is None or step.status != StepStatus.WAITING_APPROVAL or run.is_terminal
                 or step.deadline_at is None or step.deadline_at > now):
@@ -95,12 +107,12 @@ def expire_gate(step_id: int) -> Checkpoint | None:
             step.approval_group = approval["escalate_to"]
             step.escalated_at = now
             close_gate(step)
-            return commit(run, CheckpointKind.GATE_ESCALATED, actor="deadline", step=step,
+            return commit(state, CheckpointKind.GATE_ESCALATED, actor="deadline", step=step,
                           summary=f"No decision from {previous} after {waited}; escalated to "
                                   f"{step.approval_group}",
                           evidence={"from_group": previous, "to_group": step.approval_group})
         close_gate(step)
         fail_for_good(run, step, now, f"No decision from {step.approval_group} after {waited}",
                       "timed out waiting for approval")
-        return commit(run, CheckpointKind.GATE_TIMED_OUT, actor="deadline", step=step,
+        return commit(state, CheckpointKind.GATE_TIMED_OUT, actor="deadline", step=step,
                       summary=step.last_summary)

@@ -84,11 +84,9 @@ def clear_lease(step: Step) -> None:
     step.overdue_noted_at = None
 
 
-def open_gate(gate, now) -> None:
+def open_gate(gate: Step, now) -> None:
     """A gate starts waiting on its group, with its deadline if the spec sets one."""
-    config = gate.config if isinstance(gate, Step) else (
-        Step.objects.filter(pk=gate.pk).values_list("config", flat=True).first() or {})
-    approval = config.get("approval", {})
+    approval = gate.config.get("approval", {})
     gate.status = StepStatus.WAITING_APPROVAL
     gate.attempt = max(gate.attempt, 1)
     gate.waiting_since = now
@@ -97,13 +95,11 @@ def open_gate(gate, now) -> None:
         timeout) else None
 
 
-def start_waiting(step, now) -> None:
+def start_waiting(step: Step, now) -> None:
     """A wait step's dependencies have settled: it waits for its report, until its
     timeout if the spec sets one."""
-    config = step.config if isinstance(step, Step) else (
-        Step.objects.filter(pk=step.pk).values_list("config", flat=True).first() or {})
     step.waiting_since = now
-    timeout = config.get("timeout_seconds")
+    timeout = step.config.get("timeout_seconds")
     step.deadline_at = now + timedelta(seconds=min(timeout, MAX_DELAY_SECONDS * 5)) if (
         timeout) else None
 

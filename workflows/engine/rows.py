@@ -1,27 +1,37 @@
-"""Reading and writing a run's rows under its lock: the run, the acted step, the frontier.
+"""A run's rows under its lock: the run, the steps a transition may touch, and their writes.
 
-A transition reads the step it acts on and the run's frontier (open, hard-failed and newly
-ready steps), never the whole run, so it costs the same in a run of five steps and in one
-of five thousand.
+A transition locks the run row and, in the same statement, reads the steps it may change or
+must look at: the run's frontier (open, hard-failed and newly ready steps), the step it acts
+on, that step's dependents, and the first ready steps beyond those. It changes them in
+memory; `flush` writes what changed when the transaction ends (one statement on PostgreSQL).
+So a transition costs the same in a run of five steps and in one of five thousand, and a
+handful of statements whatever it does.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 
-from django.db import transaction
-from django.db.models import F
+from django.db import connection, transaction
 from django.utils import timezone
 
-from ..models import STEP_FRONTIER, Run, Step
+from ..models import STEP_FRONTIER, Checkpoint, Run, Step, StepKind, StepStatus
+from . import sql
 from .errors import NotFound
-from .rules import RUN_HAS_HARD_FAILURE, ready_filter, settled
+from .rules import PENDING_READY, in_frontier, is_ready, settled
 
-# The step columns a transition may change; a save writes only those that did.
-STEP_COLUMNS = tuple(f.attname for f in Step._meta.concrete_fields if f.name != "updated_at")
-# The run columns a transition may change.
-RUN_COLUMNS = ("status", "shared_state", "error", "started_at", "finished_at", "current_step",
-               "next_action", "checkpoint_seq", "updated_at")
+# Evidence (a command's output) is written by transitions, never read by them.
+STEP = sql.Table(Step, skip=("last_evidence",))
+RUN = sql.Table(Run)
+CHECKPOINT = sql.Table(Checkpoint)
+CHECKPOINT_COLUMNS = ("run_id", "seq", "kind", "step_id", "run_status", "step_status",
+                      "actor_id", "actor_name", "summary", "evidence", "state_patch", "at")
+# The step columns a transition may change; a flush writes only those that did.
+STEP_COLUMNS = tuple(name for name in STEP.attnames if name != "updated_at") + ("last_evidence",)
+RUN_COLUMNS = tuple(name for name in RUN.attnames if name not in ("id", "updated_at"))
+# The first ready steps beyond the acted one and its dependents that a transaction loads: a
+# worker that completes a step may go on with one of them, and still know if more remain.
+READY_AHEAD = 2
 
 
 def actor_of(actor) -> tuple[object | None, str]:
@@ -33,101 +43,342 @@ def actor_of(actor) -> tuple[object | None, str]:
     return actor, actor.get_username()
 
 
-def lock_run(run) -> Run:
-    """The run row, locked until the transaction ends: it serialises the run's transitions."""
-    run_id = run.pk if isinstance(run, Run) else run
-    try:
-        return Run.objects.select_for_update().get(pk=run_id)
-    except (Run.DoesNotExist, ValueError, TypeError):
-        raise NotFound(f"Run {run_id} does not exist.") from None
+def _snapshot(step: Step) -> None:
+    step.as_loaded = dict(step.__dict__)  # values are replaced, never changed in place
+    step.settled_when_loaded = settled(step)
+
+
+class RunState:
+    """A locked run and the steps of it that the transaction has read, changed in memory."""
+
+    def __init__(self, run: Run, fairer_waiting: bool = False):
+        self.run = run
+        self.steps: dict[int, Step] = {}
+        self.fairer_waiting = fairer_waiting  # another run waits longer for a worker
+        self.checkpoints: list[Checkpoint] = []
+        self.run_loaded = {name: getattr(run, name) for name in RUN_COLUMNS}
+
+    # reading ------------------------------------------------------------------------------
+    def add(self, step: Step) -> Step:
+        step.run = self.run
+        _snapshot(step)
+        self.steps[step.pk] = step
+        return step
+
+    def step(self, key: str) -> Step:
+        for step in self.steps.values():
+            if step.key == key:
+                return step
+        raise NotFound(f"Run {self.run.pk} has no step {key!r}.")
+
+    def find(self, pk: int) -> Step | None:
+        return self.steps.get(pk)
+
+    def frontier(self) -> list[Step]:
+        """What decides the run's status and next move, in step order (see STEP_FRONTIER).
+
+        Exact without a query: a row's membership depends on its own columns only, and every
+        row a transaction changes is loaded."""
+        return sorted((s for s in self.steps.values() if in_frontier(s)),
+                      key=lambda s: s.index)
+
+    def hard_failure(self) -> Step | None:
+        return next((s for s in self.frontier() if s.status == StepStatus.FAILED
+                     and not s.continue_on_failure), None)
+
+    def first_ready(self, now) -> Step | None:
+        """The first worker step that may start now, short of the run's own state. Every
+        ready step that may come first is loaded: the frontier holds the newly ready ones,
+        and the load holds the first ready steps beyond the ones a transition changes."""
+        ready = [s for s in self.steps.values() if is_ready(s, now)]
+        return min(ready, key=lambda s: s.index) if ready else None
+
+    def running_count(self) -> int:
+        return sum(1 for s in self.steps.values()
+                   if s.status == StepStatus.RUNNING and s.kind == StepKind.RUN)
+
+    def ensure_dependents(self, step: Step) -> list[Step]:
+        """The loaded dependents of a step, reading any that are not loaded yet."""
+        missing = set(step.dependents) - {s.key for s in self.steps.values()}
+        if missing:
+            self.flush()
+            for found in _read_steps(f"run_id = %s AND {sql.qn('key')} IN "
+                                     f"({', '.join(['%s'] * len(missing))})",
+                                     [self.run.pk, *sorted(missing)]):
+                self.add(found)
+        wanted = set(step.dependents)
+        return [s for s in self.steps.values() if s.key in wanted]
+
+    def refresh(self) -> None:
+        """Write what changed, then read the run's steps again (after a bulk change)."""
+        self.flush()
+        loaded = list(self.steps)
+        self.steps = {}
+        for step in _read_steps(f"run_id = %s AND ({_frontier_sql()})", [self.run.pk]):
+            self.add(step)
+        others = [pk for pk in loaded if pk not in self.steps]
+        if others:
+            for step in _read_steps(f"id IN ({', '.join(['%s'] * len(others))})", others):
+                self.add(step)
+        for step in _read_steps(f"run_id = %s AND ({_ready_sql()}) ORDER BY "
+                                f"{sql.qn('index')} LIMIT {READY_AHEAD}", [self.run.pk]):
+            if step.pk not in self.steps:
+                self.add(step)
+
+    def exists_unsettled(self) -> bool:
+        """Is any step of the run not yet settled (loaded or not)?"""
+        if any(not settled(s) for s in self.steps.values()):
+            return True
+        self.flush()
+        with sql.cursor() as cursor:
+            cursor.execute(
+                f"SELECT 1 FROM {STEP.name} WHERE run_id = %s AND NOT ("
+                f"status IN (%s, %s) OR (status = %s AND continue_on_failure)) LIMIT 1",
+                [self.run.pk, StepStatus.COMPLETED, StepStatus.SKIPPED, StepStatus.FAILED])
+            return cursor.fetchone() is not None
+
+    # writing ------------------------------------------------------------------------------
+    def append(self, *, kind, step, run_status, step_status, actor, actor_name, summary,
+               evidence, state_patch, at) -> Checkpoint:
+        """The run's next checkpoint, written when the transaction's rows are."""
+        checkpoint = CHECKPOINT.new(
+            id=None, run_id=self.run.pk, seq=self.run.checkpoint_seq, kind=kind,
+            step_id=step.pk if step else None, run_status=run_status, step_status=step_status,
+            actor_id=actor.pk if actor else None, actor_name=actor_name, summary=summary,
+            evidence=evidence, state_patch=state_patch, at=at)
+        cache = checkpoint._state.fields_cache
+        cache["run"], cache["step"], cache["actor"] = self.run, step, actor
+        self.checkpoints.append(checkpoint)
+        return checkpoint
+
+    def flush(self) -> None:
+        """Write the changed steps and run row and the new checkpoints."""
+        now = timezone.now()
+        groups: dict[tuple, list] = {}
+        for step in self.steps.values():
+            changed = _changed(step)
+            if changed:
+                names = (*changed, "updated_at")
+                groups.setdefault(names, []).append(
+                    (step.pk, *(step.__dict__[n] for n in changed), now))
+                step.updated_at = now
+                _snapshot(step)
+        statements = [STEP.update_many(names, rows) for names, rows in groups.items()]
+        run = self.run
+        run_changes = {name: getattr(run, name) for name in RUN_COLUMNS
+                       if getattr(run, name) != self.run_loaded[name]}
+        if run_changes or self.checkpoints:
+            run.updated_at = now
+            statements.append(RUN.update(run.pk, {**run_changes, "updated_at": now}))
+            self.run_loaded.update(run_changes)
+        returning = None
+        if self.checkpoints:
+            returning = CHECKPOINT.insert(
+                CHECKPOINT_COLUMNS,
+                ([getattr(c, name) for name in CHECKPOINT_COLUMNS] for c in self.checkpoints),
+                returning=("id", "seq"))
+        if not statements and not returning:
+            return
+        ids = dict((seq, pk) for pk, seq in sql.write(statements, returning) or [])
+        for checkpoint in self.checkpoints:
+            checkpoint.id = ids[checkpoint.seq]
+            checkpoint._state.adding = False
+        self.checkpoints = []
+
+
+def _changed(step: Step) -> list[str]:
+    loaded = step.as_loaded
+    state = step.__dict__
+    return [name for name in STEP_COLUMNS
+            if name in state and (name not in loaded or state[name] != loaded[name])]
+
+
+# statements -------------------------------------------------------------------------------
+
+class Slot:
+    """A named parameter of a cached statement, bound at each call."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+RUN_ID, NOW, ACTED = Slot("run"), Slot("now"), Slot("acted")
+_cache: dict[tuple, tuple[str, list]] = {}
+
+
+def _cached(name: tuple, build) -> tuple[str, list]:
+    """A statement's text and parameter slots, built once per database vendor."""
+    key = (connection.vendor, *name)
+    if key not in _cache:
+        _cache[key] = build()
+    return _cache[key]
+
+
+def _bind(slots: list, values: dict) -> list:
+    return [values[slot.name] if isinstance(slot, Slot) else slot for slot in slots]
+
+
+def _frontier_sql() -> str:
+    return _cached(("frontier",), lambda: (sql.where(Step, STEP_FRONTIER), []))[0]
+
+
+def _ready_sql() -> str:
+    return _cached(("ready",), lambda: (sql.where(Step, PENDING_READY), []))[0]
+
+
+def _read_steps(condition: str, params: list) -> list[Step]:
+    with sql.cursor() as cursor:
+        cursor.execute(f"SELECT {STEP.columns()} FROM {STEP.name} WHERE {condition}", params)
+        return [STEP.instance(row) for row in cursor.fetchall()]
+
+
+def _dependents_of(acted: str) -> str:
+    """A subquery of the dependents' keys (as `k`) of the step that `acted` selects."""
+    if sql.is_postgres():
+        return (f"SELECT jsonb_array_elements_text(dependents) AS k FROM {STEP.name} "
+                f"WHERE {acted}")
+    return (f"SELECT j.value AS k FROM {STEP.name}, json_each({STEP.name}.dependents) AS j "
+            f"WHERE {acted}")
+
+
+def _build_lock(fairness: bool) -> tuple[str, list]:
+    """The statement that locks a run row (and says whether another run waits longer for a
+    worker). The steps are read by a statement of their own, after the lock is granted: a
+    statement that waited for a lock sees the rows joined to it as they were when it began."""
+    run = RUN.name
+    fairer, slots = "0 = 1", []
+    if fairness:
+        fairer = (f"EXISTS (SELECT 1 FROM {run} AS other WHERE other.claimable_at <= %s "
+                  f"AND other.id <> r.id AND (other.priority_rank > r.priority_rank OR ("
+                  f"other.priority_rank = r.priority_rank AND other.served_at < r.served_at)))")
+        slots = [NOW]
+    text = f"SELECT {RUN.columns('r')}, {fairer} FROM {run} AS r WHERE r.id = %s"
+    if sql.is_postgres():
+        text += " FOR UPDATE OF r"
+    return text, [*slots, RUN_ID]
+
+
+def _build_steps(acted_by: str) -> tuple[str, list]:
+    """The statement that reads the steps a transition may touch: the frontier, the acted
+    step (`acted_by`: "key", "id" or "") and its dependents, and the first ready steps
+    beyond those. Each part is an index lookup; the ids are gathered, then the rows read."""
+    step, key, index = STEP.name, sql.qn("key"), sql.qn("index")
+    frontier, ready = _frontier_sql(), _ready_sql()
+    parts = [f"SELECT id FROM {step} WHERE run_id = %s AND ({frontier})"]
+    slots = [RUN_ID]
+    beyond, beyond_slots = "", []
+    if acted_by:
+        acted = f"{step}.run_id = %s AND {step}.{key if acted_by == 'key' else 'id'} = %s"
+        deps = _dependents_of(acted)
+        # Each dependent is one lookup in the (run, key) index. PostgreSQL would rather scan
+        # the run's steps (it cannot know how many a new run has): a LATERAL with LIMIT 1,
+        # which it cannot flatten, makes it look each one up.
+        if sql.is_postgres():
+            dependents = (f"SELECT dep.id FROM ({deps}) AS d CROSS JOIN LATERAL (SELECT id "
+                          f"FROM {step} WHERE run_id = %s AND {key} = d.k LIMIT 1) AS dep")
+        else:
+            dependents = (f"SELECT dep.id FROM ({deps}) AS d JOIN {step} AS dep "
+                          f"ON dep.run_id = %s AND dep.{key} = d.k")
+        parts += [f"SELECT id FROM {step} WHERE {acted}", dependents]
+        slots += [RUN_ID, ACTED, RUN_ID, ACTED, RUN_ID]
+        beyond = (f" AND {step}.{key if acted_by == 'key' else 'id'} <> %s"
+                  f" AND {sql.in_list(key, f'SELECT k FROM ({deps}) AS d', negate=True)}")
+        beyond_slots = [ACTED, RUN_ID, ACTED]
+    parts.append(f"SELECT id FROM (SELECT id FROM {step} WHERE run_id = %s AND ({ready})"
+                 f"{beyond} ORDER BY {index} LIMIT {READY_AHEAD}) AS ahead")
+    slots += [RUN_ID, *beyond_slots]
+    ids = sql.in_list("s.id", " UNION ALL ".join(parts))
+    return f"SELECT {STEP.columns('s')} FROM {step} AS s WHERE {ids}", slots
+
+
+def load(run_id: int, *, key: str | None = None, step_id: int | None = None,
+         fairness: bool = False) -> RunState:
+    """Lock the run and read what a transition may touch; NotFound if there is no such run."""
+    acted_by = "key" if key is not None else "id" if step_id is not None else ""
+    values = {"run": run_id, "now": timezone.now(),
+              "acted": key if key is not None else step_id}
+    lock, lock_slots = _cached(("lock", fairness), lambda: _build_lock(fairness))
+    read, read_slots = _cached(("steps", acted_by), lambda: _build_steps(acted_by))
+    with sql.cursor() as cursor:
+        cursor.execute(lock, _bind(lock_slots, values))
+        row = cursor.fetchone()
+        if row is None:
+            raise NotFound(f"Run {run_id} does not exist.")
+        state = RunState(RUN.instance(row), fairer_waiting=bool(row[-1]))
+        cursor.execute(read, _bind(read_slots, values))
+        for row in cursor.fetchall():
+            state.add(STEP.instance(row))
+    return state
+
+
+INSERT_BATCH = 400  # rows per INSERT: within both databases' limits on parameters
+
+
+def insert_steps(steps: list[Step]) -> None:
+    """Insert new steps (a run's, as it opens) a few hundred rows per statement."""
+    names = [name for name in STEP.by_attname if name != "id"]
+    now = timezone.now()
+    for step in steps:
+        step.updated_at = now
+    with sql.cursor() as cursor:
+        for start in range(0, len(steps), INSERT_BATCH):
+            batch = steps[start:start + INSERT_BATCH]
+            cursor.execute(*STEP.insert(names, ([getattr(step, name) for name in names]
+                                                for step in batch)))
+
+
+def run_of_step(step_id: int) -> int | None:
+    if not isinstance(step_id, int) or not 0 < step_id < 2**63:
+        return None
+    with sql.cursor() as cursor:
+        cursor.execute(f"SELECT run_id FROM {STEP.name} WHERE id = %s", [step_id])
+        row = cursor.fetchone()
+    return row[0] if row else None
 
 
 @contextmanager
-def locked_by_step_id(step_id: int):
-    """(run, step) in a transaction holding the run's lock; both None if the step is gone."""
+def locked(run, *, key: str | None = None, step_id: int | None = None,
+           fairness: bool = False):
+    """A transaction holding the run's lock, with its rows loaded (`RunState`); what changed
+    is written when the block ends without an error."""
+    run_id = run.pk if isinstance(run, Run) else run
+    if step_id is not None and run_id is None:
+        run_id = run_of_step(step_id)
+        if run_id is None:
+            raise NotFound(f"Step {step_id} does not exist.")
+    try:
+        run_id = int(run_id)
+    except (TypeError, ValueError):
+        run_id = None
+    if run_id is None or not 0 < run_id < 2**63:
+        raise NotFound(f"Run {run if not isinstance(run, Run) else run.pk} does not exist.")
     with transaction.atomic():
-        # Lock only the run row (the step is read after the lock, so that it is current).
-        run = (Run.objects.select_for_update(of=("self",)).filter(steps__pk=step_id)
-               .order_by().first())
-        yield run, run and load_step(run, pk=step_id)
+        state = load(run_id, key=key, step_id=step_id, fairness=fairness)
+        yield state
+        state.flush()
 
 
-def load_step(run: Run, **lookup) -> Step | None:
-    """A step of a locked run, read after the lock so that it is current."""
-    step = (Step.objects.filter(run=run, **lookup)
-            .annotate(run_has_hard_failure=RUN_HAS_HARD_FAILURE).first())
-    if step is not None:
-        step.run = run
-        # A commit saves only the columns that changed, and tells the step's dependents
-        # when it settled or reopened.
-        step.as_loaded = {name: getattr(step, name) for name in STEP_COLUMNS}
-        step.settled_when_loaded = settled(step)
-    return step
+def next_claimable_run() -> int | None:
+    """The run a claim serves next (see rules.claimable_at): highest priority first, then
+    the one a worker served longest ago. On PostgreSQL a run another worker is claiming
+    from is skipped, unless no other has work."""
+    text = (f"SELECT id FROM {RUN.name} WHERE claimable_at <= %s "
+            "ORDER BY priority_rank DESC, served_at, id LIMIT 1")
+    now = timezone.now()
+    with sql.cursor() as cursor:
+        if sql.is_postgres():
+            cursor.execute(text + " FOR UPDATE SKIP LOCKED", [now])
+            row = cursor.fetchone()
+            if row:
+                return row[0]
+        cursor.execute(text, [now])
+        row = cursor.fetchone()
+    return row[0] if row else None
 
 
-def step_of(run: Run, key: str) -> Step:
-    """The step a transition acts on (the run row lock is already held)."""
-    step = load_step(run, key=key)
-    if step is None:
-        raise NotFound(f"Run {run.pk} has no step {key!r}.")
-    return step
-
-
-def save_step(step: Step) -> None:
-    changed = [name for name in STEP_COLUMNS if getattr(step, name) != step.as_loaded[name]]
-    if changed:
-        step.save(update_fields=[*changed, "updated_at"])
-        step.as_loaded.update((name, getattr(step, name)) for name in changed)
-
-
-def tell_dependents(run: Run, step: Step) -> None:
-    """Keep the dependents' counts of unsettled dependencies as a step settles or reopens."""
-    now_settled = settled(step)
-    if now_settled != step.settled_when_loaded and step.dependents:
-        Step.objects.filter(run=run, key__in=step.dependents).update(
-            waiting_on=F("waiting_on") + (-1 if now_settled else 1))
-        step.settled_when_loaded = now_settled
-
-
-FRONTIER_FIELDS = (
-    "id", "key", "index", "title", "status", "kind", "continue_on_failure", "attempt",
-    "retry_after", "rung_at", "approval_group", "last_summary", "waiting_on", "waiting_since",
-)
-# What else a commit may change on a frontier step it does not act on (gates and wait steps
-# starting to wait).
-FRONTIER_WRITABLE = ("deadline_at",)
-
-
-class StepState:
-    """A light view of a frontier step: model instances would cost most of a commit."""
-
-    __slots__ = (*FRONTIER_FIELDS, *FRONTIER_WRITABLE, "_dirty")
-
-    def __init__(self, row) -> None:
-        object.__setattr__(self, "_dirty", set())
-        for name, value in zip(FRONTIER_FIELDS, row, strict=True):
-            object.__setattr__(self, name, value)
-
-    def __setattr__(self, name: str, value) -> None:
-        object.__setattr__(self, name, value)
-        self._dirty.add(name)
-
-    @property
-    def pk(self) -> int:
-        return self.id
-
-    def save(self) -> None:
-        if self._dirty:
-            changes = {name: getattr(self, name) for name in self._dirty}
-            Step.objects.filter(pk=self.id).update(**changes, updated_at=timezone.now())
-            self._dirty.clear()
-
-
-def read_frontier(run: Run, query=STEP_FRONTIER, limit: int | None = None) -> list[StepState]:
-    rows = Step.objects.filter(query, run=run).order_by("index").values_list(*FRONTIER_FIELDS)
-    return [StepState(row) for row in (rows[:limit] if limit else rows)]
-
-
-def first_ready(run: Run) -> StepState | None:
-    rows = read_frontier(run, ready_filter(timezone.now()), 1)
-    return rows[0] if rows else None
+def claimable_exists() -> bool:
+    """Does any run have a step a worker may claim now?"""
+    with sql.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {RUN.name} WHERE claimable_at <= %s LIMIT 1",
+                       [timezone.now()])
+        return cursor.fetchone() is not None

@@ -11,9 +11,10 @@ import random
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from ..models import Run, RunStatus, Step, StepKind, StepStatus
+from ..models import UNDER_WAY_STEP_STATUSES, Run, RunStatus, Step, StepKind, StepStatus
 
 SETTLED_STATUSES = (StepStatus.COMPLETED, StepStatus.SKIPPED)
+UNDER_WAY = frozenset(UNDER_WAY_STEP_STATUSES)
 SETTLED = Q(status__in=SETTLED_STATUSES) | Q(status=StepStatus.FAILED, continue_on_failure=True)
 
 # For a step row: does its run have a failed step that holds the run back?
@@ -33,6 +34,22 @@ def hard_failure(steps):
         if step.status == StepStatus.FAILED and not step.continue_on_failure:
             return step
     return None
+
+
+def in_frontier(step) -> bool:
+    """Does the step decide its run's status and next move? `models.STEP_FRONTIER` in Python:
+    a step under way, a failure that holds the run back, a gate or wait step whose
+    dependencies have settled, or a worker step that is newly ready (not announced yet)."""
+    if step.status in UNDER_WAY:
+        return True
+    if step.status == StepStatus.FAILED:
+        return not step.continue_on_failure
+    return step.status == StepStatus.PENDING and step.waiting_on == 0 and (
+        step.kind == StepKind.APPROVAL or step.rung_at is None)
+
+
+# Worker steps whose dependencies have settled (retrying ones are in the frontier).
+PENDING_READY = Q(kind=StepKind.RUN, status=StepStatus.PENDING, waiting_on=0)
 
 
 def is_ready(step, now) -> bool:
@@ -60,17 +77,36 @@ def ready_steps(run: Run, steps, now=None) -> list:
     return [step for step in steps if is_ready(step, now)]
 
 
-def may_start(run: Run, step, now) -> bool:
-    return not (run.is_terminal or step.run_has_hard_failure) and is_ready(step, now)
+def at_capacity(run: Run, running: int) -> bool:
+    """Does the run already run as many steps at once as its spec's `max_parallel` allows?"""
+    return bool(run.max_parallel) and running >= run.max_parallel
 
 
-def may_report(run: Run, step, now) -> bool:
+def may_start(run: Run, step, now, *, held_back: bool, running: int = 0) -> bool:
+    """May a worker start this step now? `held_back`: a failure holds the run back;
+    `running`: how many of the run's worker steps run now."""
+    return (not (run.is_terminal or held_back) and is_ready(step, now)
+            and not at_capacity(run, running))
+
+
+def may_report(run: Run, step, now, *, held_back: bool) -> bool:
     """An agent may start reporting on a step that is ready, or on a wait step whose
     dependencies have settled."""
     waiting = (step.kind == StepKind.WAIT and step.status == StepStatus.PENDING
                and step.waiting_on == 0)
-    return not (run.is_terminal or step.run_has_hard_failure) and (
-        waiting or is_ready(step, now))
+    return not (run.is_terminal or held_back) and (waiting or is_ready(step, now))
+
+
+def claimable_at(run: Run, frontier, first_ready, *, held_back: bool, running: int, now):
+    """When a worker may next claim a step of the run: now if one is ready and the run is
+    under its `max_parallel`, else when its next retry is due; None if nothing waits for a
+    worker. Workers claim runs in order of priority, then of how long they have waited."""
+    if run.is_terminal or held_back or at_capacity(run, running):
+        return None
+    if first_ready is not None:
+        return now
+    due = [s.retry_after for s in frontier if s.status == StepStatus.RETRYING and s.retry_after]
+    return min(due) if due else None
 
 
 def run_status(run: Run, frontier, *, unsettled: bool, moved: bool) -> str:

@@ -8,7 +8,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from goals.models import Goal
+from goals.models import Goal, Priority
 
 from .. import permissions
 from ..models import (
@@ -27,7 +27,7 @@ from ..params import FieldErrors, coerce
 from .commit import commit
 from .errors import IllegalTransition, InvalidInput, NotFound, NotPermitted
 from .moves import check_value, require_open, require_operator, require_requester_or_operator
-from .rows import actor_of, load_step, lock_run
+from .rows import actor_of, insert_steps, load, locked
 from .rules import SETTLED_STATUSES
 
 
@@ -64,6 +64,9 @@ def open_run(
         raise IllegalTransition(f"Spec {spec} is archived; start its active version.")
     if shared_state is not None and not isinstance(shared_state, dict):
         raise InvalidInput("shared_state must be a JSON object.")
+    if priority is not None and priority not in Priority.values:
+        raise InvalidInput(f"priority must be one of {', '.join(Priority.values)}, "
+                           f"got {priority!r}.")
     check_value(shared_state, "shared_state")
     idempotency_key = (idempotency_key or "").strip()
     if len(idempotency_key) > 200:
@@ -92,6 +95,7 @@ def open_run(
     try:
         with transaction.atomic():
             run = Run.objects.create(
+                max_parallel=spec.definition.get("max_parallel"),
                 spec=spec,
                 spec_name=spec.name,
                 goal=goal,
@@ -102,10 +106,13 @@ def open_run(
                 shared_state=shared_state or {},
                 params=values,
             )
-            Step.objects.bulk_create(_new_steps(run, spec.definition["steps"]))
-            commit(run, CheckpointKind.RUN_OPENED, actor=actor,
+            insert_steps(_new_steps(run, spec.definition["steps"]))
+            state = load(run.pk)
+            commit(state, CheckpointKind.RUN_OPENED, actor=actor,
                    summary=f"Opened {spec} run" + (f" under goal “{goal.title}”" if goal else ""),
                    state_patch=shared_state or {}, evidence={"params": values} if values else None)
+            state.flush()
+            run = state.run
     except IntegrityError:
         existing = _open_run_with_key(spec.name, idempotency_key) if idempotency_key else None
         if existing is None:
@@ -178,8 +185,8 @@ def _open_run_with_key(spec_name: str, key: str) -> Run | None:
 def cancel_run(run, *, actor=None, reason: str = "") -> Checkpoint | None:
     """Cancel a run and its open steps. Cancelling a cancelled run changes nothing."""
     require_operator(actor, "cancel runs")
-    with transaction.atomic():
-        run = lock_run(run)
+    with locked(run) as state:
+        run = state.run
         if run.status == RunStatus.CANCELLED:
             return None
         require_open(run, "cancel")
@@ -192,9 +199,10 @@ def cancel_run(run, *, actor=None, reason: str = "") -> Checkpoint | None:
         open_steps.filter(Q(status=StepStatus.RUNNING) | Q(started_at__isnull=False)).update(
             **closed, finished_at=now)
         open_steps.update(**closed, finished_at=None)  # the rest never started
+        state.refresh()
         run.status = RunStatus.CANCELLED
         run.error = reason
-        return commit(run, CheckpointKind.RUN_CANCELLED, actor=actor,
+        return commit(state, CheckpointKind.RUN_CANCELLED, actor=actor,
                       summary=reason or "Run cancelled", evidence={"cancelled_steps": cancelled})
 
 
@@ -206,8 +214,8 @@ def add_steps(run, items, *, actor=None) -> list[Checkpoint]:
 
     if not isinstance(items, list) or not items:
         raise InvalidInput("steps must be a non-empty list of steps.")
-    with transaction.atomic():
-        run = lock_run(run)
+    with locked(run) as state:
+        run = state.run
         require_requester_or_operator(actor, run, "add steps to")
         require_open(run, "add steps")
         existing = dict(Step.objects.filter(run=run).values_list("key", "status"))
@@ -240,8 +248,9 @@ def add_steps(run, items, *, actor=None) -> list[Checkpoint]:
                 Step.objects.filter(pk=parent.pk).update(dependents=[*parent.dependents,
                                                                      step.key])
             existing[step.key] = step.status
-            loaded = load_step(run, pk=step.pk)
-            checkpoints.append(commit(run, CheckpointKind.STEP_ADDED, actor=actor, step=loaded,
+            state.refresh()
+            loaded = state.find(step.pk) or state.add(Step.objects.get(pk=step.pk))
+            checkpoints.append(commit(state, CheckpointKind.STEP_ADDED, actor=actor, step=loaded,
                                       summary=f"{step.title} added by {name}",
                                       evidence={"step": normal[offset]}))
         return checkpoints

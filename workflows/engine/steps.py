@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 
-from ..models import Checkpoint, CheckpointKind, Run, RunStatus, Step, StepKind, StepStatus
+from ..models import Checkpoint, CheckpointKind, RunStatus, Step, StepKind, StepStatus
 from .commit import commit
 from .compensations import under_way
 from .errors import IllegalTransition, InvalidInput, NotFound
@@ -28,38 +28,90 @@ from .moves import (
     require_requester_or_operator,
     set_holder,
 )
-from .rows import load_step, lock_run, locked_by_step_id, step_of
-from .rules import may_report, may_start, retry_delay
+from .rows import RunState, load, locked, next_claimable_run
+from .rules import at_capacity, claimable_at, hard_failure, may_report, may_start, retry_delay
 
 
 def start_step(run, key: str, *, actor=None, owner: str = "", lease_seconds=None) -> Step:
     """Move a ready worker step to running, taking a lease when `lease_seconds` is given."""
-    with transaction.atomic():
-        run = lock_run(run)
-        return _start(run, step_of(run, key), actor, owner, lease_seconds)
+    with locked(run, key=key) as state:
+        return _start(state, state.step(key), actor, owner, lease_seconds)
 
 
 def claim_step(step_id: int, *, owner: str, lease_seconds: float, holder=None) -> Step:
-    """A worker starts the step it was rung for, under a lease (see start_step). `holder`
-    (a `processes.Holder`) is the consumer process, recorded so the sweeper can tell
-    whether it still lives."""
-    with locked_by_step_id(step_id) as (run, step):
+    """A worker starts a given step under a lease (see start_step). `holder` (a
+    `processes.Holder`) is the consumer process, recorded so the sweeper can tell whether
+    it still lives."""
+    with locked(None, step_id=step_id) as state:
+        step = state.find(step_id)
         if step is None:
             raise NotFound(f"Step {step_id} does not exist.")
-        return _start(run, step, f"worker {owner}", owner, lease_seconds, holder)
+        return _start(state, step, f"worker {owner}", owner, lease_seconds, holder)
 
 
-def _start(run: Run, step: Step, actor, owner: str, lease_seconds, holder=None) -> Step:
-    key = step.key
+def claim_next(*, owner: str, lease_seconds: float, holder=None) -> Step | None:
+    """A worker claims the next step any run has for it: the first ready step of the
+    claimable run of highest priority that has waited longest for a worker (a round robin
+    among runs of one priority). None when no run has work for a worker now."""
+    for _ in range(5):
+        with transaction.atomic():
+            run_id = next_claimable_run()
+            if run_id is None:
+                return None
+            try:
+                state = load(run_id)
+            except NotFound:
+                continue
+            now = timezone.now()
+            step = state.first_ready(now)
+            if step is not None and may_start(state.run, step, now,
+                                              held_back=state.hard_failure() is not None,
+                                              running=state.running_count()):
+                _start(state, step, f"worker {owner}", owner, lease_seconds, holder)
+                state.flush()
+                return step
+            _reschedule(state)  # another worker took the last of it: its claim time was stale
+            state.flush()
+    return None
+
+
+def reschedule(run):
+    """Put a run's claim time right from its rows (not a transition: no checkpoint);
+    returns it."""
+    with locked(run) as state:
+        _reschedule(state)
+        return state.run.claimable_at
+
+
+def _reschedule(state: RunState) -> None:
+    now = timezone.now()
+    frontier = state.frontier()
+    state.run.claimable_at = claimable_at(
+        state.run, frontier, state.first_ready(now), held_back=hard_failure(frontier) is not None,
+        running=state.running_count(), now=now)
+
+
+def _start(state: RunState, step: Step, actor, owner: str, lease_seconds,
+           holder=None) -> Step:
+    run, key = state.run, step.key
     require_open(run, f"start {key}")
     if step.kind == StepKind.APPROVAL:
         raise IllegalTransition(f"{key} is an approval gate; it is decided, not started.")
     now = timezone.now()
-    if not may_start(run, step, now):
-        if step.status == StepStatus.RETRYING:
+    running = state.running_count()
+    if not may_start(run, step, now, held_back=state.hard_failure() is not None,
+                     running=running):
+        if step.status == StepStatus.RETRYING and step.retry_after and step.retry_after > now:
             raise IllegalTransition(f"{key} retries at {step.retry_after:%H:%M:%S}, not yet.")
-        if step.status == StepStatus.PENDING:
+        if step.status == StepStatus.PENDING and step.waiting_on:
             raise IllegalTransition(f"{key} is waiting on its dependencies.")
+        if step.status in (StepStatus.PENDING, StepStatus.RETRYING):
+            if state.hard_failure() is not None:
+                raise IllegalTransition(f"Cannot start {key}: the failure of "
+                                        f"{state.hard_failure().key} holds run {run.pk} back.")
+            if at_capacity(run, running):
+                raise IllegalTransition(f"Cannot start {key}: run {run.pk} already runs "
+                                        f"{running} steps, its max_parallel.")
         raise IllegalTransition(f"Cannot start {key}: it is {step.status}.")
     begin_attempt(step, now)
     evidence = {"attempt": step.attempt}
@@ -68,33 +120,35 @@ def _start(run: Run, step: Step, actor, owner: str, lease_seconds, holder=None) 
         step.lease_token = uuid.uuid4().hex
         step.lease_expires_at = now + timedelta(seconds=lease_seconds)
         evidence["owner"] = owner
+        run.served_at = now  # the round robin of claims
     if holder is not None:
         set_holder(step, holder)
         evidence["holder"] = holder.as_dict()
-    commit(run, CheckpointKind.STEP_STARTED, actor=actor, step=step,
+    commit(state, CheckpointKind.STEP_STARTED, actor=actor, step=step,
            summary=f"Attempt {step.attempt}" + (f" on {owner}" if owner else ""),
            evidence=evidence)
     return step
 
 
-def _stale(run, step, actor, lease_token, what: str) -> Checkpoint:
+def _stale(state: RunState, step, actor, lease_token, what: str) -> Checkpoint:
     return commit(
-        run, CheckpointKind.STALE_RESULT, actor=actor, step=step,
-       summary=f"Ignored a {what} result for {step.key}: its lease was lost "
+        state, CheckpointKind.STALE_RESULT, actor=actor, step=step,
+        summary=f"Ignored a {what} result for {step.key}: its lease was lost "
                 f"(step is {step.status}).",
         evidence={"token": lease_token, "current_token": step.lease_token},
     )
 
 
-def _reported_step(run, key: str, actor, lease_token, verb: str, gate_verb: str):
+def _reported_step(state: RunState, key: str, actor, lease_token, verb: str, gate_verb: str):
     """(step, None) for a step a worker or agent may report on now, or (step, checkpoint)
     when the report carries a lease token that is no longer current."""
-    step = step_of(run, key)
+    run = state.run
+    step = state.step(key)
     if lease_token is not None and (
         step.lease_token != lease_token or step.status != StepStatus.RUNNING
     ):
         outcome = {"complete": "completed", "fail": "failed"}[verb]
-        return step, _stale(run, step, actor, lease_token, outcome)
+        return step, _stale(state, step, actor, lease_token, outcome)
     require_open(run, f"{verb} {key}")
     if step.kind == StepKind.APPROVAL:
         raise IllegalTransition(f"{key} is an approval gate; {gate_verb} it instead.")
@@ -121,49 +175,55 @@ def complete_step(run, key: str, *, actor=None, summary: str = "", evidence=None
     for that worker (its own checkpoint, `checkpoint.next_step`), saving a queue hop and a
     claim; every other newly ready step still gets its doorbell.
     """
-    with transaction.atomic():
-        run = lock_run(run)
-        step, stale = _reported_step(run, key, actor, lease_token, "complete", "approve")
+    with locked(run, key=key, fairness=chain is not None) as state:
+        step, stale = _reported_step(state, key, actor, lease_token, "complete", "approve")
         if stale:
             return stale
-        patch = merge_state(run, state_patch)
+        patch = merge_state(state.run, state_patch)
         step.status = StepStatus.COMPLETED
         step.finished_at = timezone.now()
         step.last_summary = summary
         step.last_evidence = evidence or {}
         step.last_state_patch = patch
         clear_lease(step)
-        checkpoint = commit(run, CheckpointKind.STEP_COMPLETED, actor=actor, step=step,
+        checkpoint = commit(state, CheckpointKind.STEP_COMPLETED, actor=actor, step=step,
                             summary=summary or f"{step.title} completed",
                             evidence=evidence, state_patch=patch)
-        checkpoint.next_step = _chain(run, checkpoint, chain) if chain else None
+        checkpoint.next_step = _chain(state, checkpoint, chain) if chain else None
         return checkpoint
 
 
-def _chain(run: Run, checkpoint: Checkpoint, chain: Chain) -> Step | None:
+def _chain(state: RunState, checkpoint: Checkpoint, chain: Chain) -> Step | None:
+    """The run's next ready step, started for the worker that offered to go on; None when
+    there is none, or when another run has waited longer for a worker (the worker claims
+    for that one instead: no run starves another)."""
+    if state.fairer_waiting:
+        return None
+    now = timezone.now()
+    step = state.first_ready(now)
+    if step is None or not may_start(state.run, step, now,
+                                     held_back=state.hard_failure() is not None,
+                                     running=state.running_count()):
+        return None
     announcement = checkpoint.announcement
-    if not announcement.ring:
-        return None
-    next_id = announcement.ring.pop(0)  # this worker runs it: no doorbell
-    step = load_step(run, pk=next_id)
-    if step is None or not may_start(run, step, timezone.now()):
-        return None
-    return _start(run, step, f"worker {chain.owner}", chain.owner, chain.lease_seconds,
+    if step.pk in announcement.ring:
+        announcement.ring.remove(step.pk)  # this worker runs it: no doorbell
+    return _start(state, step, f"worker {chain.owner}", chain.owner, chain.lease_seconds,
                   chain.holder)
 
 
 def fail_step(run, key: str, *, actor=None, summary: str = "", evidence=None,
               lease_token: str | None = None, retryable: bool = True) -> Checkpoint:
     """Fail a running step: it retries while attempts remain, else it fails."""
-    with transaction.atomic():
-        run = lock_run(run)
-        step, stale = _reported_step(run, key, actor, lease_token, "fail", "reject")
+    with locked(run, key=key) as state:
+        step, stale = _reported_step(state, key, actor, lease_token, "fail", "reject")
         if stale:
             return stale
-        return _fail(run, step, actor, summary, evidence, retryable)
+        return _fail(state, step, actor, summary, evidence, retryable)
 
 
-def _fail(run, step, actor, summary, evidence, retryable=True) -> Checkpoint:
+def _fail(state: RunState, step, actor, summary, evidence, retryable=True) -> Checkpoint:
+    run = state.run
     now = timezone.now()
     clear_lease(step)
     step.last_summary = summary
@@ -174,27 +234,28 @@ def _fail(run, step, actor, summary, evidence, retryable=True) -> Checkpoint:
         step.status = StepStatus.RETRYING
         step.retry_after = now + timedelta(seconds=delay)
         step.rung_at = None  # the retry needs a doorbell of its own
-        return commit(run, CheckpointKind.STEP_RETRYING, actor=actor, step=step,
+        return commit(state, CheckpointKind.STEP_RETRYING, actor=actor, step=step,
                       summary=f"{summary or 'Failed'}; retry {retries_used + 1} of "
                                f"{step.max_retries} in {delay:.1f}s",
                       evidence={**(evidence or {}), "retry_after": step.retry_after.isoformat()})
     fail_for_good(run, step, now, summary)
-    return commit(run, CheckpointKind.STEP_FAILED, actor=actor, step=step,
+    return commit(state, CheckpointKind.STEP_FAILED, actor=actor, step=step,
                   summary=summary or f"{step.title} failed", evidence=evidence)
 
 
 def retry_step(run, key: str, *, actor=None) -> Checkpoint:
     """Try a failed step again; a gate asks for fresh approvals."""
     require_operator(actor, f"retry {key}")
-    with transaction.atomic():
-        run = lock_run(run)
-        step = step_of(run, key)
+    with locked(run, key=key) as state:
+        run = state.run
+        step = state.step(key)
         if run.status == RunStatus.CANCELLED:
             raise IllegalTransition(f"Cannot retry {key}: run {run.pk} is cancelled.")
         if step.status != StepStatus.FAILED:
             raise IllegalTransition(f"Cannot retry {key}: it is {step.status}; "
                                     "only a failed step can be retried.")
-        redone = _reopen_failed_run(run, key, "retry")
+        redone = _reopen_failed_run(state, key, "retry")
+        step = state.step(key)
         step.finished_at = None
         step.retry_after = None
         if step.kind == StepKind.APPROVAL:
@@ -206,23 +267,27 @@ def retry_step(run, key: str, *, actor=None) -> Checkpoint:
             step.status = StepStatus.PENDING
             step.attempt_base = step.attempt  # a fresh window of automatic retries
             step.rung_at = None
-        return commit(run, CheckpointKind.STEP_RETRIED, actor=actor, step=step,
+        return commit(state, CheckpointKind.STEP_RETRIED, actor=actor, step=step,
                       summary=f"Retry of {step.title} requested" + _rerun_note(redone),
                       evidence={"rerun_compensated": redone} if redone else None)
 
 
-def _reopen_failed_run(run: Run, key: str, verb: str) -> list[str]:
+def _reopen_failed_run(state: RunState, key: str, verb: str) -> list[str]:
     """Before a retry or a skip moves a failed run on: refuse while its compensation is
     under way, and reopen what compensation undid (it is not done any more: it runs
     again). Returns the keys reopened."""
+    run = state.run
     if under_way(run):
         raise IllegalTransition(f"Cannot {verb} {key}: the compensation of run {run.pk} is "
                                 f"still under way; {verb} once it has finished.")
-    redo = Step.objects.filter(run=run, status=StepStatus.COMPENSATED)
-    redone = list(redo.values_list("key", flat=True))
-    redo.update(status=StepStatus.PENDING, compensated_at=None, rung_at=None,
-                finished_at=None, attempt_base=F("attempt"), updated_at=timezone.now())
-    return redone
+    undone = list(Step.objects.filter(run=run, status=StepStatus.COMPENSATED).order_by("index"))
+    for step in undone:
+        step = state.find(step.pk) or state.add(step)
+        # Compensated was not settled either: the dependents' counts stay as they are.
+        step.status = StepStatus.PENDING
+        step.compensated_at = step.rung_at = step.finished_at = None
+        step.attempt_base = step.attempt
+    return [step.key for step in undone]
 
 
 def _rerun_note(redone: list[str]) -> str:
@@ -234,9 +299,9 @@ def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
 
     A gate is never skipped, whoever asks: only its approvers pass it, under its quorum.
     """
-    with transaction.atomic():
-        run = lock_run(run)
-        step = step_of(run, key)
+    with locked(run, key=key) as state:
+        run = state.run
+        step = state.step(key)
         if step.kind == StepKind.APPROVAL:
             raise IllegalTransition(f"{key} is an approval gate: it is decided by the "
                                     f"{step.approval_group} group, never skipped.")
@@ -249,7 +314,7 @@ def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
         redone = []
         if run.status == RunStatus.FAILED and step.status == StepStatus.FAILED:
             # Skipping the failure that holds the run moves it on, as a retry would.
-            redone = _reopen_failed_run(run, key, "skip")
+            redone = _reopen_failed_run(state, key, "skip")
         else:
             require_open(run, f"skip {key}")
         step.status = StepStatus.SKIPPED
@@ -257,7 +322,7 @@ def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
         step.finished_at = timezone.now()
         step.last_summary = reason
         clear_lease(step)
-        return commit(run, CheckpointKind.STEP_SKIPPED, actor=actor, step=step,
+        return commit(state, CheckpointKind.STEP_SKIPPED, actor=actor, step=step,
                       summary=reason + _rerun_note(redone),
                       evidence={"rerun_compensated": redone} if redone else None)
 
@@ -274,15 +339,15 @@ def record_transition(run, key: str, *, actor=None, step_status: str | None = No
     if evidence is not None and not isinstance(evidence, dict):
         raise InvalidInput("evidence must be a JSON object.")
     check_value(evidence, "evidence")
-    with transaction.atomic():
-        run = lock_run(run)
+    with locked(run, key=key) as state:
+        run = state.run
         require_requester_or_operator(actor, run, "report on")
-        step = step_of(run, key)
+        step = state.step(key)
         require_open(run, f"report on {key}")
         if step.kind == StepKind.APPROVAL:
             raise IllegalTransition(f"{key} is an approval gate; approvers decide it.")
         now = timezone.now()
-        ready = may_report(run, step, now)
+        ready = may_report(run, step, now, held_back=state.hard_failure() is not None)
         current = step.status
         if step_status in (None, ""):
             if current in (StepStatus.COMPLETED, StepStatus.SKIPPED, StepStatus.CANCELLED):
@@ -317,7 +382,7 @@ def record_transition(run, key: str, *, actor=None, step_status: str | None = No
             step.last_evidence = evidence
         if patch:
             step.last_state_patch = patch
-        return commit(run, CheckpointKind.TRANSITION, actor=actor, step=step,
+        return commit(state, CheckpointKind.TRANSITION, actor=actor, step=step,
                       summary=summary or f"{step.title}: {step.status}",
                       evidence=evidence, state_patch=patch)
 
@@ -353,7 +418,8 @@ def expire_lease(step_id: int, *, actor=None, why: str = "") -> Checkpoint | Non
     """Reclaim a running step whose lease ran out and whose holder is gone (the caller has
     checked): it retries or fails as its policy says."""
     require_operator(actor, "recover runs")
-    with locked_by_step_id(step_id) as (run, step):
+    with locked(None, step_id=step_id) as state:
+        step = state.find(step_id)
         now = timezone.now()
         if not _overdue(step, now):
             return None  # renewed, finished or already swept
@@ -361,7 +427,7 @@ def expire_lease(step_id: int, *, actor=None, why: str = "") -> Checkpoint | Non
         evidence = {"lease_owner": owner, "expired_at": step.lease_expires_at.isoformat(),
                     "holder": {"host": step.holder_host, "pid": step.holder_pid},
                     "child": {"pid": step.child_pid, "pgid": step.child_pgid}}
-        return _fail(run, step, actor or (f"sweeper ({owner})" if owner else "sweeper"),
+        return _fail(state, step, actor or (f"sweeper ({owner})" if owner else "sweeper"),
                      why or f"Lease of {owner or 'its worker'} expired; the worker is gone",
                      evidence)
 
@@ -369,11 +435,12 @@ def expire_lease(step_id: int, *, actor=None, why: str = "") -> Checkpoint | Non
 def note_lease_overdue(step_id: int) -> Checkpoint | None:
     """The lease ran out but its holder still lives (slow, frozen or cut off from the
     database): say so once on the timeline, and wait."""
-    with locked_by_step_id(step_id) as (run, step):
+    with locked(None, step_id=step_id) as state:
+        step = state.find(step_id)
         if not _overdue(step, timezone.now()) or step.overdue_noted_at is not None:
             return None
         step.overdue_noted_at = timezone.now()
-        return commit(run, CheckpointKind.LEASE_OVERDUE, actor="sweeper", step=step,
+        return commit(state, CheckpointKind.LEASE_OVERDUE, actor="sweeper", step=step,
                       summary=f"Lease overdue, holder alive ({step.holder_host} pid "
                               f"{step.holder_pid}); waiting for it",
                       evidence={"expired_at": step.lease_expires_at.isoformat()})
@@ -381,16 +448,16 @@ def note_lease_overdue(step_id: int) -> Checkpoint | None:
 
 def note_sweep_failure(run_id: int, step_id: int | None, summary: str) -> Checkpoint:
     """Put on a run's timeline that the sweeper could not handle one of its rows."""
-    with transaction.atomic():
-        run = lock_run(run_id)
-        step = load_step(run, pk=step_id) if step_id else None
-        return commit(run, CheckpointKind.SWEEP_FAILED, actor="sweeper", step=step,
+    with locked(run_id, step_id=step_id) as state:
+        step = state.find(step_id) if step_id else None
+        return commit(state, CheckpointKind.SWEEP_FAILED, actor="sweeper", step=step,
                       summary=summary[:2000])
 
 
 def expire_wait(step_id: int) -> Checkpoint | None:
     """A wait step whose report did not come in time fails or is skipped, as its spec says."""
-    with locked_by_step_id(step_id) as (run, step):
+    with locked(None, step_id=step_id) as state:
+        run, step = state.run, state.find(step_id)
         now = timezone.now()
         if (step is None or step.kind != StepKind.WAIT or run.is_terminal
                 or step.status not in (StepStatus.PENDING, StepStatus.RUNNING,
@@ -404,5 +471,5 @@ def expire_wait(step_id: int) -> Checkpoint | None:
             step.status, step.finished_at, step.last_summary = StepStatus.SKIPPED, now, summary
         else:
             fail_for_good(run, step, now, summary, f"no report within {waited}")
-        return commit(run, CheckpointKind.WAIT_TIMED_OUT, actor="deadline", step=step,
+        return commit(state, CheckpointKind.WAIT_TIMED_OUT, actor="deadline", step=step,
                       summary=f"{summary}: {step.status}")

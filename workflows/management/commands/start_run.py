@@ -2,6 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from goals.models import Priority
 from workflows import engine
 
 
@@ -15,6 +16,9 @@ class Command(BaseCommand):
         parser.add_argument("--state", default="", metavar="JSON",
                             help="initial shared state, a JSON object")
         parser.add_argument("--title", default="")
+        parser.add_argument("--priority", choices=Priority.values,
+                            help="workers serve higher priorities first (default: the goal's, "
+                                 "else normal)")
         parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                             help="a run parameter the spec declares (repeat for more)")
 
@@ -36,6 +40,7 @@ class Command(BaseCommand):
                 options["spec"], actor="manage.py start_run", goal=options["goal"],
                 idempotency_key=options["idempotency_key"], shared_state=state,
                 title=options["title"], params=params if options["param"] else None,
+                priority=options["priority"],
             )
         except engine.WorkflowError as exc:
             raise CommandError(str(exc)) from None
