@@ -41,7 +41,7 @@ def on_transition(sender, announcement: Announcement, **kwargs) -> None:
         wake(len(announcement.ring), announcement.priority)
         for _, eta in announcement.retry:
             wake_at(eta, announcement.priority)
-        if announcement.run_failed:
+        if announcement.compensations:
             compensate(announcement.run_id)
     if settings.TOLLGATE_NOTIFY:
         events = notification_events(announcement)

@@ -66,19 +66,47 @@ def sweep(now=None, limit: int = 1000) -> SweepReport:
     recover compensations and re-ring idle ready steps."""
     now = now or timezone.now()
     report = SweepReport()
+    gone_by_run: dict[int, list[int]] = {}
     for row in expired_leases(now, limit):
         try:
             gone, state = holder_gone(row, now)
             if gone:
-                report.expired += bool(engine.expire_lease(row["pk"]))
+                gone_by_run.setdefault(row["run_id"], []).append(row["pk"])
             elif state == processes.ALIVE and row["overdue_noted_at"] is None:
                 report.overdue += bool(engine.note_lease_overdue(row["pk"]))
         except Exception as exc:  # one bad row must not stop the sweep for everyone
             report.failed += 1
             note_failure(row["run_id"], row["pk"], "reclaim its lease", exc)
+    runs = sorted(gone_by_run)
+    for start in range(0, len(runs), RUNS_PER_BATCH):
+        batch = {run_id: gone_by_run[run_id] for run_id in runs[start:start + RUNS_PER_BATCH]}
+        report.expired += expire(batch, report)
     report.compensations = recover_compensations(now, limit)
     report.rerung = rering_idle(now, limit)
     return report
+
+
+# Dead leases are reclaimed this many runs to a transaction: one commit for all of them.
+RUNS_PER_BATCH = 50
+
+
+def expire(leases: dict[int, list[int]], report: SweepReport) -> int:
+    """Reclaim a batch of dead leases ({run id: step ids}) in one transaction; if that fails,
+    one at a time, so that one bad row holds back no other."""
+    try:
+        return len(engine.expire_leases(leases))
+    except Exception:
+        log.warning("Could not reclaim %s runs' leases together; one at a time", len(leases),
+                    exc_info=True)
+    expired = 0
+    for run_id, step_ids in leases.items():
+        for step_id in step_ids:
+            try:
+                expired += bool(engine.expire_lease(step_id))
+            except Exception as exc:
+                report.failed += 1
+                note_failure(run_id, step_id, "reclaim its lease", exc)
+    return expired
 
 
 def note_failure(run_id: int, step_id: int | None, what: str, exc: Exception) -> None:

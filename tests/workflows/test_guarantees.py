@@ -72,14 +72,20 @@ class TestSweeperChecksTheHolder:
         runs = [engine.open_run(work_spec(f"w{i}")).run for i in range(2)]
         ghost = processes.Holder(processes.this_process().host, "gone-boot", 1, 1)
         bad, good = (claimed(run, ghost) for run in runs)
-        real = engine.expire_lease
+        real, real_run = engine.expire_lease, engine.expire_leases
 
         def expire(step_id, **kwargs):
             if step_id == bad.pk:
                 raise OverflowError("date value out of range")
             return real(step_id, **kwargs)
 
+        def expire_run(leases, **kwargs):
+            if any(bad.pk in step_ids for step_ids in leases.values()):
+                raise OverflowError("date value out of range")
+            return real_run(leases, **kwargs)
+
         monkeypatch.setattr(engine, "expire_lease", expire)
+        monkeypatch.setattr(engine, "expire_leases", expire_run)
         for _ in range(3):
             report = sweeper.sweep()
         assert Step.objects.get(pk=good.pk).status == "retrying"

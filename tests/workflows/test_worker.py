@@ -101,11 +101,28 @@ def test_failed_run_rings_compensation_after_commit(db, settings, monkeypatch,
     rung = []
     monkeypatch.setattr("workflows.dispatch.compensate", rung.append)
     monkeypatch.setattr("workflows.dispatch.wake", lambda count, priority=1: None)
+    run = engine.open_run(spec(
+        {"key": "a", "run": {"command": ["true"]}, "compensation": {"command": ["true"]}},
+        {"key": "b", "depends_on": ["a"], "run": {"command": ["false"]}})).run
+    engine.start_step(run, "a")
+    engine.complete_step(run, "a")
+    engine.start_step(run, "b")
+    with django_capture_on_commit_callbacks(execute=True):
+        engine.fail_step(run, "b", retryable=False)
+    assert rung == [run.pk]
+
+
+def test_a_failed_run_with_nothing_to_undo_rings_no_compensation(
+        db, settings, monkeypatch, django_capture_on_commit_callbacks):
+    settings.TOLLGATE_DISPATCH = True
+    rung = []
+    monkeypatch.setattr("workflows.dispatch.compensate", rung.append)
+    monkeypatch.setattr("workflows.dispatch.wake", lambda count, priority=1: None)
     run = engine.open_run(spec({"key": "a", "run": {"command": ["false"]}})).run
     engine.start_step(run, "a")
     with django_capture_on_commit_callbacks(execute=True):
         engine.fail_step(run, "a", retryable=False)
-    assert rung == [run.pk]
+    assert rung == [] and status(run)["run"] == "failed"
 
 
 def test_sweeper_expires_dead_leases_into_retry_or_failure(db):

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from ..models import Checkpoint, Compensation, Run, RunStatus, Step, StepKind, StepStatus
 from .moves import close_gate, open_gate, start_waiting
-from .rows import RunState, actor_of
+from .rows import RunState, actor_of, owed_compensations
 from .rules import claimable_at, hard_failure, next_action, run_status, settled
 
 # Sent once the transaction of a transition has committed, with `announcement`. The
@@ -34,6 +34,7 @@ class Announcement:
     run_status: str
     previous_status: str
     priority: int = 1  # the run's priority rank, for its doorbells
+    compensations: int = 0  # planned by this transition (the run just failed)
     ring: list[int] = field(default_factory=list)  # newly ready steps: doorbells to ring
     retry: list[tuple[int, object]] = field(default_factory=list)  # (step id, eta)
 
@@ -141,9 +142,8 @@ def _plan_compensations(state: RunState, now) -> int:
     """Rows for the compensations a run that just failed owes (in its transaction)."""
     run = state.run
     state.flush()
-    steps = list(Step.objects.filter(run=run, status=StepStatus.COMPLETED,
-                                     compensation__isnull=False, compensated_at__isnull=True)
-                 .order_by("-finished_at", "-index").values_list("pk", flat=True))
+    steps = owed_compensations(run.pk)
+    state.compensations_planned = len(steps)
     if not steps:
         return 0
     first = (Compensation.objects.filter(run=run).order_by("-order")
@@ -166,7 +166,8 @@ def _announce(state: RunState, checkpoint: Checkpoint, frontier, failed, previou
     out, the sweeper rings again."""
     run = state.run
     announcement = Announcement(run.pk, checkpoint, run.status, previous_status,
-                                run.priority_rank)
+                                run.priority_rank, state.compensations_planned)
+    state.compensations_planned = 0
     if not (run.is_terminal or failed):
         announcement.ring = [s.pk for s in frontier if s.kind == StepKind.RUN
                              and s.status == StepStatus.PENDING and s.rung_at is None]

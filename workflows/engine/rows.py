@@ -1,11 +1,11 @@
 """A run's rows under its lock: the run, the steps a transition may touch, and their writes.
 
-A transition locks the run row and, in the same statement, reads the steps it may change or
-must look at: the run's frontier (open, hard-failed and newly ready steps), the step it acts
-on, that step's dependents, and the first ready steps beyond those. It changes them in
-memory; `flush` writes what changed when the transaction ends (one statement on PostgreSQL).
-So a transition costs the same in a run of five steps and in one of five thousand, and a
-handful of statements whatever it does.
+A transition locks the run row, then reads in one statement the steps it may change or must
+look at: the run's frontier (open, hard-failed and newly ready steps), the step it acts on,
+that step's dependents, and the first ready steps beyond those. It changes them in memory;
+`flush` writes what changed when the transaction ends (one statement on PostgreSQL). So a
+transition costs the same in a run of five steps and in one of five thousand: two reads, a
+write and the commit, whatever it does.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ CHECKPOINT_COLUMNS = ("run_id", "seq", "kind", "step_id", "run_status", "step_st
                       "actor_id", "actor_name", "summary", "evidence", "state_patch", "at")
 # The step columns a transition may change; a flush writes only those that did.
 STEP_COLUMNS = tuple(name for name in STEP.attnames if name != "updated_at") + ("last_evidence",)
-RUN_COLUMNS = tuple(name for name in RUN.attnames if name not in ("id", "updated_at"))
+RUN_COLUMNS = tuple(f.attname for f in RUN.fields
+                    if f.attname not in ("id", "updated_at") and not f.generated)
 # The first ready steps beyond the acted one and its dependents that a transaction loads: a
 # worker that completes a step may go on with one of them, and still know if more remain.
 READY_AHEAD = 2
@@ -44,7 +45,8 @@ def actor_of(actor) -> tuple[object | None, str]:
 
 
 def _snapshot(step: Step) -> None:
-    step.as_loaded = dict(step.__dict__)  # values are replaced, never changed in place
+    loaded = step.as_loaded = dict(step.__dict__)  # values are replaced, never changed in place
+    loaded.pop("as_loaded", None)
     step.settled_when_loaded = settled(step)
 
 
@@ -56,11 +58,12 @@ class RunState:
         self.steps: dict[int, Step] = {}
         self.fairer_waiting = fairer_waiting  # another run waits longer for a worker
         self.checkpoints: list[Checkpoint] = []
+        self.compensations_planned = 0  # by the transition being committed
         self.run_loaded = {name: getattr(run, name) for name in RUN_COLUMNS}
 
     # reading ------------------------------------------------------------------------------
     def add(self, step: Step) -> Step:
-        step.run = self.run
+        step._state.fields_cache["run"] = self.run
         _snapshot(step)
         self.steps[step.pk] = step
         return step
@@ -325,6 +328,16 @@ def insert_steps(steps: list[Step]) -> None:
             batch = steps[start:start + INSERT_BATCH]
             cursor.execute(*STEP.insert(names, ([getattr(step, name) for name in names]
                                                 for step in batch)))
+
+
+def owed_compensations(run_id: int) -> list[int]:
+    """The completed steps of a run whose compensation is not planned yet, latest first."""
+    with sql.cursor() as cursor:
+        cursor.execute(f"SELECT id FROM {STEP.name} WHERE run_id = %s AND status = %s AND "
+                       "compensation IS NOT NULL AND compensated_at IS NULL "
+                       f"ORDER BY finished_at DESC, {sql.qn('index')} DESC",
+                       [run_id, StepStatus.COMPLETED])
+        return [row[0] for row in cursor.fetchall()]
 
 
 def run_of_step(step_id: int) -> int | None:

@@ -419,17 +419,34 @@ def expire_lease(step_id: int, *, actor=None, why: str = "") -> Checkpoint | Non
     checked): it retries or fails as its policy says."""
     require_operator(actor, "recover runs")
     with locked(None, step_id=step_id) as state:
-        step = state.find(step_id)
-        now = timezone.now()
-        if not _overdue(step, now):
-            return None  # renewed, finished or already swept
-        owner = step.lease_owner
-        evidence = {"lease_owner": owner, "expired_at": step.lease_expires_at.isoformat(),
-                    "holder": {"host": step.holder_host, "pid": step.holder_pid},
-                    "child": {"pid": step.child_pid, "pgid": step.child_pgid}}
-        return _fail(state, step, actor or (f"sweeper ({owner})" if owner else "sweeper"),
-                     why or f"Lease of {owner or 'its worker'} expired; the worker is gone",
-                     evidence)
+        return _expire(state, state.find(step_id), actor, why)
+
+
+def expire_leases(leases: dict[int, list[int]], *, actor=None) -> list[Checkpoint]:
+    """expire_lease for many steps, {run id: step ids}, in one transaction (one checkpoint
+    each): the sweeper's batch. Runs are locked in order of id, so two sweepers cannot
+    deadlock, and a worker (which holds one run's lock at a time) waits at most a batch."""
+    require_operator(actor, "recover runs")
+    done = []
+    with transaction.atomic():
+        for run_id in sorted(leases):
+            state = load(run_id)
+            expired = (_expire(state, state.find(step_id), actor) for step_id in leases[run_id])
+            done += [checkpoint for checkpoint in expired if checkpoint is not None]
+            state.flush()
+    return done
+
+
+def _expire(state: RunState, step, actor, why: str = "") -> Checkpoint | None:
+    if not _overdue(step, timezone.now()):
+        return None  # renewed, finished or already swept
+    owner = step.lease_owner
+    evidence = {"lease_owner": owner, "expired_at": step.lease_expires_at.isoformat(),
+                "holder": {"host": step.holder_host, "pid": step.holder_pid},
+                "child": {"pid": step.child_pid, "pgid": step.child_pgid}}
+    return _fail(state, step, actor or (f"sweeper ({owner})" if owner else "sweeper"),
+                 why or f"Lease of {owner or 'its worker'} expired; the worker is gone",
+                 evidence)
 
 
 def note_lease_overdue(step_id: int) -> Checkpoint | None:
