@@ -86,15 +86,18 @@ def progress_report(root: Goal | None = None, now: datetime | None = None) -> Re
     now = now or timezone.now()
     goals, runs, steps, approvals = (Goal.objects.all(), Run.objects.all(), Step.objects.all(),
                                      Approval.objects.all())
+    by_status = dict.fromkeys(GoalStatus.values, 0)
     if root is not None:
-        subtree = tree.subtree(root.pk)
-        goals = goals.filter(pk__in=subtree)
+        # The subtree is walked once; the other queries look its ids up.
+        members = tree.subtree_by(root.pk, "status")
+        by_status.update((status, len(ids)) for status, ids in members.items())
+        subtree = tree.among([pk for ids in members.values() for pk in ids])
+        goals = goals.filter(pk__in=tree.among(members.get(GoalStatus.BLOCKED, [])))
         runs = runs.filter(goal_id__in=subtree)
         steps = steps.filter(run__goal_id__in=subtree)
         approvals = approvals.filter(step__run__goal_id__in=subtree)
-
-    by_status = dict.fromkeys(GoalStatus.values, 0)
-    by_status.update(goals.values_list("status").annotate(n=Count("pk")).order_by())
+    else:
+        by_status.update(goals.values_list("status").annotate(n=Count("pk")).order_by())
 
     since = (now - timedelta(weeks=WEEKS - 1)).replace(hour=0, minute=0, second=0,
                                                        microsecond=0)

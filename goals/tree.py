@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from django.db import connection
 from django.db.models.expressions import RawSQL
 
@@ -18,9 +20,28 @@ def subtrees_cte(roots: str) -> str:
     )"""
 
 
-def subtree(root_id: int) -> RawSQL:
-    """The ids of a goal and all its descendants, for `pk__in=` and `goal_id__in=`."""
-    return RawSQL(f"{subtrees_cte('%s')} SELECT id FROM sub", [root_id])
+def subtree_by(root_id: int, column: str) -> dict[object, list[int]]:
+    """The ids of a goal and all its descendants, grouped by a column's value: one recursive
+    query, its ids gathered in the database (a list per value, not a row per goal)."""
+    gather = "array_agg(id)" if connection.vendor == "postgresql" else "json_group_array(id)"
+    column = connection.ops.quote_name(column)
+    with connection.cursor() as cursor:
+        cursor.execute(f"""WITH RECURSIVE sub(id, value) AS (
+            SELECT id, {column} FROM {TABLE} WHERE id = %s
+            UNION ALL
+            SELECT g.id, g.{column} FROM {TABLE} g JOIN sub ON g.parent_id = sub.id
+        ) SELECT value, {gather} FROM sub GROUP BY value""", [root_id])
+        return {value: ids if isinstance(ids, list) else json.loads(ids)
+                for value, ids in cursor.fetchall()}
+
+
+def among(ids: list[int]) -> RawSQL:
+    """A subquery of these ids, for `pk__in=` and `goal_id__in=`, bound as one parameter
+    (however many there are) so that a subtree is walked once and then only looked up."""
+    if connection.vendor == "postgresql":
+        # An array literal, written once: the driver would adapt each id on its own.
+        return RawSQL("SELECT unnest(%s::bigint[])", ["{" + ",".join(map(str, ids)) + "}"])
+    return RawSQL("SELECT value FROM json_each(%s)", [json.dumps(list(ids))])
 
 
 def ancestor_ids(goal_id: int) -> list[int]:

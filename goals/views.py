@@ -10,7 +10,7 @@ from tollgate.query import int_param
 from workflows.models import Run
 
 from .models import Goal, GoalStatus
-from .rollup import rollups
+from .rollup import family_rollups, rollups
 from .tree import ancestor_ids
 
 
@@ -19,6 +19,12 @@ def _with_rollups(goals: list[Goal]) -> list[Goal]:
     for goal in goals:
         goal.rollup = sums[goal.pk]
     return goals
+
+
+def _with_family_rollups(goal: Goal, children: list[Goal]) -> None:
+    sums = family_rollups(goal.pk, [child.pk for child in children])
+    for item in (goal, *children):
+        item.rollup = sums[item.pk]
 
 
 @require_GET
@@ -46,7 +52,7 @@ def goal_children(request, pk: int):
     """The goal's row, opened, followed by its children's rows (it replaces the closed row)."""
     goal = get_object_or_404(Goal.objects.select_related("owner"), pk=pk)
     children = list(goal.children.select_related("owner").order_by("title", "pk"))
-    _with_rollups([goal, *children])
+    _with_family_rollups(goal, children)
     depth = int_param(request.GET, "depth", 1, maximum=100) or 1
     goal.expanded = True
     for item, level in [(goal, depth - 1), *((child, depth) for child in children)]:
@@ -63,7 +69,7 @@ def goal_detail(request, pk: int):
     chain = ancestor_ids(pk)[1:]
     ancestors = Goal.objects.in_bulk(chain)
     children = list(goal.children.select_related("owner").order_by("title", "pk"))
-    _with_rollups([goal, *children])
+    _with_family_rollups(goal, children)
     runs = list(Run.objects.filter(goal=goal).select_related("spec", "requested_by")
                 .order_by("-created_at", "-id")[:50])
     return render(request, "goals/goal_detail.html", {

@@ -9,6 +9,7 @@ from django.db.models.functions import Coalesce
 
 from .engine import NotFound
 from .engine.rules import next_move, ready_steps
+from .engine.sql import CompiledQuery
 from .models import (
     Approval,
     Checkpoint,
@@ -22,8 +23,20 @@ from .models import (
 from .permissions import decidable_by
 
 
+def _decidable_by_user_id(user):
+    from django.contrib.auth import get_user_model
+
+    return decidable_by(get_user_model()(pk=user, is_active=True)).order_by()
+
+
+_INBOX_COUNT = CompiledQuery(_decidable_by_user_id, "user")
+
+
 def inbox_count(user) -> int:
-    return decidable_by(user).count()
+    """How many gates wait on the user (the header's count): `decidable_by`, compiled once."""
+    if not (user.is_authenticated and user.is_active):
+        return 0
+    return _INBOX_COUNT.count(user=user.pk)
 
 
 def runs(*, status: str = "", spec: str = "", goal: int | None = None, q: str = "",
@@ -69,6 +82,28 @@ def timeline(run: Run, *, first_seq: int = 1) -> list[Checkpoint]:
     return list(run.checkpoints.filter(seq__gte=first_seq)
                 .annotate(step_key=Coalesce(F("step__key"), Value("")))
                 .order_by("seq"))
+
+
+def timeline_for_page(run: Run, *, first_seq: int = 1) -> list[Checkpoint]:
+    """The timeline with what the run page shows of each checkpoint worked out here, once:
+    a template filter per field of hundreds of checkpoints was most of the page's time."""
+    from django.utils import timezone
+
+    from .templatetags.tollgate import label, pretty_json
+
+    entries = timeline(run, first_seq=first_seq)
+    for c in entries:
+        at = timezone.localtime(c.at)
+        c.iso, c.clock = at.isoformat(), at.strftime("%H:%M:%S")
+        c.kind_label, c.run_status_label = label(c.kind), label(c.run_status)
+        c.step_status_label = label(c.step_status)
+        evidence = c.evidence if isinstance(c.evidence, dict) else {}
+        c.stdout, c.stderr = evidence.get("stdout"), evidence.get("stderr")
+        c.exit_code = evidence.get("exit_code")
+        rest = {k: v for k, v in evidence.items() if k not in ("stdout", "stderr")}
+        c.details = pretty_json(rest) if rest else ""
+        c.patch = pretty_json(c.state_patch) if c.state_patch else ""
+    return entries
 
 
 def resume_state(run) -> dict:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import HttpResponse, HttpResponseForbidden, JsonResponse
+from django.http import Http404, HttpResponse, HttpResponseForbidden, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
@@ -63,7 +63,7 @@ def run_context(request, run_id: int) -> dict:
     approvals = list(Approval.objects.filter(step__run=run).select_related("user"))
     whole = request.GET.get("timeline") == "all"
     first_seq = 1 if whole else max(1, run.checkpoint_seq - TIMELINE_LATEST + 1)
-    checkpoints = selectors.timeline(run, first_seq=first_seq)
+    checkpoints = selectors.timeline_for_page(run, first_seq=first_seq)
     by_step: dict[int, list] = {}
     for approval in approvals:
         by_step.setdefault(approval.step_id, []).append(approval)
@@ -203,19 +203,24 @@ def _back(request, run: Run) -> str:
 
 
 def _respond(request, run_id: int, *, key: str = "",
-             error: engine.WorkflowError | None = None, done: str = ""):
+             error: engine.WorkflowError | None = None, done: str = "", checkpoint=None):
     """The answer to a button press: a fragment for htmx, a redirect or page otherwise."""
+    if isinstance(error, engine.NotFound):
+        raise Http404(str(error))
     status = error.status_code if error else 200
     message = str(error) if error else done
     if request.htmx:
         if request.POST.get("view") == "inbox" and key:
-            gate = (Step.objects.select_related("run", "run__goal", "run__requested_by")
-                    .filter(run_id=run_id, key=key).first())
-            partial = "gate-card" if error else "decided"
-            if gate is not None and error:
-                selectors.gate_evidence([gate])
-            return render(request, f"workflows/inbox.html#{partial}",
-                          {"gate": gate, "notice": message}, status=status)
+            if error:  # the card again, with why, and its evidence
+                gate = (Step.objects.select_related("run", "run__goal", "run__requested_by")
+                        .filter(run_id=run_id, key=key).first())
+                if gate is not None:
+                    selectors.gate_evidence([gate])
+                return render(request, "workflows/inbox.html#gate-card",
+                              {"gate": gate, "notice": message}, status=status)
+            # The gate as the decision left it: the engine's rows, no query.
+            return render(request, "workflows/inbox.html#decided",
+                          {"gate": checkpoint.step, "notice": message})
         context = run_context(request, run_id)
         context.update(notice=message, notice_error=bool(error))
         return render(request, "workflows/run_detail.html#run-body", context, status=status)
@@ -229,7 +234,7 @@ def _respond(request, run_id: int, *, key: str = "",
 
 @require_POST
 def step_action(request, pk: int, key: str, action: str):
-    run = get_object_or_404(Run, pk=pk)
+    run = pk  # the engine locks and reads it; a run that does not exist is a 404 from there
     comment = request.POST.get("comment", "").strip()
     try:
         if action == "approve":
@@ -247,8 +252,8 @@ def step_action(request, pk: int, key: str, action: str):
         else:
             return HttpResponse(status=404)
     except engine.WorkflowError as exc:
-        return _respond(request, run.pk, key=key, error=exc)
-    return _respond(request, run.pk, key=key, done=done)
+        return _respond(request, pk, key=key, error=exc)
+    return _respond(request, pk, key=key, done=done, checkpoint=checkpoint)
 
 
 @require_http_methods(["GET", "POST"])

@@ -7,7 +7,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from goals.models import Goal
-from goals.rollup import rollup, rollups
+from goals.rollup import family_rollups, rollup, rollups
 from goals.services import goal_set_status, goal_update
 from goals.tree import ancestor_ids
 from workflows import engine
@@ -95,3 +95,19 @@ def test_rollups_take_one_query_for_any_number_of_goals(tree, django_assert_num_
     with django_assert_num_queries(1):
         result = rollups(ids)
     assert result[root.pk].descendants == 32 and result[root.pk].children == 31
+
+
+def test_a_goal_and_its_children_roll_up_as_their_subtrees_do(tree, release_spec, people):
+    root, child, grandchild = tree
+    sibling = Goal.objects.create(title="Sibling", parent=root)
+    engine.open_run(release_spec, goal=root)  # the goal's own run counts too
+    engine.open_run(release_spec, goal=sibling)
+    waiting = engine.open_run(release_spec, goal=grandchild).run
+    engine.start_step(waiting, "build")
+    engine.complete_step(waiting, "build")
+    failed = engine.open_run(release_spec, goal=child).run
+    engine.start_step(failed, "build")
+    engine.fail_step(failed, "build", retryable=False)
+    family = family_rollups(root.pk, [child.pk, sibling.pk])
+    assert family == rollups([root.pk, child.pk, sibling.pk])
+    assert family[root.pk].runs_open == 3 and family[root.pk].descendants == 3

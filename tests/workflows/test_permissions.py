@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from workflows import engine, permissions
+from workflows import engine, permissions, selectors
 from workflows.models import Step
 from workflows.specs import store_spec
 
@@ -50,6 +50,8 @@ def test_predicate_inbox_and_audience_agree():
                                       {gate.pk} if decided else set()) == may
         checked += may
     assert checked >= 4  # the rule lets some through, so agreement is not all-False
+    for user in users:  # the header's count is the inbox's, compiled once
+        assert selectors.inbox_count(user) == permissions.decidable_by(user).count(), user
 
 
 def test_engine_answers_as_the_predicate(release_spec, people):
