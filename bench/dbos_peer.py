@@ -1,16 +1,24 @@
-"""The DBOS peer for `make bench`: a linear workflow of N no-op steps, each checkpointed by
-DBOS (one step output row per step), on SQLite or PostgreSQL. Run as a subprocess in
-whichever interpreter has dbos: `python dbos_peer.py DATABASE_URL STEPS` prints ms per step."""
+"""The DBOS peer for `make bench`, on SQLite or PostgreSQL, in whichever interpreter has dbos
+(run as a subprocess): `python dbos_peer.py DATABASE_URL WORKLOAD N [M]` prints one JSON line.
+
+Workloads, each checkpointed by DBOS (a step output row per step, a status row per workflow):
+- `linear N`: one workflow of N no-op steps; ms per step;
+- `fanout N`: N one-step workflows started at once (DBOS's way to run steps in parallel);
+  steps per second;
+- `runs N M`: N workflows of M no-op steps each, started at once; steps per second.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
 
 
 def main() -> None:
-    url, steps = sys.argv[1], int(sys.argv[2])
+    url, workload, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    m = int(sys.argv[4]) if len(sys.argv) > 4 else 0
     from dbos import DBOS
 
     logging.getLogger("dbos").setLevel(logging.WARNING)
@@ -21,16 +29,35 @@ def main() -> None:
         return i
 
     @DBOS.workflow()
-    def chain(n: int) -> int:
-        for i in range(n):
+    def chain(count: int) -> int:
+        for i in range(count):
             noop(i)
-        return n
+        return count
+
+    @DBOS.workflow()
+    def one(i: int) -> int:
+        return noop(i)
 
     DBOS.launch()
-    chain(5)  # warm
+    chain(5)  # warm: connections, schema
     started = time.perf_counter()
-    chain(steps)
-    print(f"{(time.perf_counter() - started) / steps * 1e3:.4f}")
+    if workload == "linear":
+        chain(n)
+        elapsed = time.perf_counter() - started
+        result = {"per_step_ms": elapsed / n * 1e3, "steps": n}
+    elif workload == "fanout":
+        for handle in [DBOS.start_workflow(one, i) for i in range(n)]:
+            handle.get_result()
+        elapsed = time.perf_counter() - started
+        result = {"steps_per_s": n / elapsed, "steps": n}
+    elif workload == "runs":
+        for handle in [DBOS.start_workflow(chain, m) for _ in range(n)]:
+            handle.get_result()
+        elapsed = time.perf_counter() - started
+        result = {"steps_per_s": n * m / elapsed, "steps": n * m}
+    else:
+        raise SystemExit(f"unknown workload {workload!r}")
+    print(json.dumps(result))
     DBOS.destroy()
 
 

@@ -226,7 +226,7 @@ else:
         # SqliteHuey polls (a cheap read while the queue is empty): keep the gap between a
         # doorbell and a worker short.
         "consumer": {"workers": 4, "worker_type": "thread", "initial_delay": 0.005,
-                     "backoff": 1.5, "max_delay": 0.05},
+                     "backoff": 1.5, "max_delay": 0.02},
     }
 
 TOLLGATE_LEASE_SECONDS = float(os.environ.get("TOLLGATE_LEASE_SECONDS", "30"))
