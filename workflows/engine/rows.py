@@ -244,27 +244,10 @@ def _dependents_of(acted: str) -> str:
             f"WHERE {acted}")
 
 
-def _build_lock(fairness: bool) -> tuple[str, list]:
-    """The statement that locks a run row (and says whether another run waits longer for a
-    worker). The steps are read by a statement of their own, after the lock is granted: a
-    statement that waited for a lock sees the rows joined to it as they were when it began."""
-    run = RUN.name
-    fairer, slots = "0 = 1", []
-    if fairness:
-        fairer = (f"EXISTS (SELECT 1 FROM {run} AS other WHERE other.claimable_at <= %s "
-                  f"AND other.id <> r.id AND (other.priority_rank > r.priority_rank OR ("
-                  f"other.priority_rank = r.priority_rank AND other.served_at < r.served_at)))")
-        slots = [NOW]
-    text = f"SELECT {RUN.columns('r')}, {fairer} FROM {run} AS r WHERE r.id = %s"
-    if sql.is_postgres():
-        text += " FOR UPDATE OF r"
-    return text, [*slots, RUN_ID]
-
-
 def _build_steps(acted_by: str) -> tuple[str, list]:
-    """The statement that reads the steps a transition may touch: the frontier, the acted
-    step (`acted_by`: "key", "id" or "") and its dependents, and the first ready steps
-    beyond those. Each part is an index lookup; the ids are gathered, then the rows read."""
+    """A condition on `s.id`: the steps a transition may touch. The frontier, the acted step
+    (`acted_by`: "key", "id" or "") and its dependents, and the first ready steps beyond
+    those; each part is an index lookup, gathered once."""
     step, key, index = STEP.name, sql.qn("key"), sql.qn("index")
     frontier, ready = _frontier_sql(), _ready_sql()
     parts = [f"SELECT id FROM {step} WHERE run_id = %s AND ({frontier})"]
@@ -290,27 +273,56 @@ def _build_steps(acted_by: str) -> tuple[str, list]:
     parts.append(f"SELECT id FROM (SELECT id FROM {step} WHERE run_id = %s AND ({ready})"
                  f"{beyond} ORDER BY {index} LIMIT {READY_AHEAD}) AS ahead")
     slots += [RUN_ID, *beyond_slots]
-    ids = sql.in_list("s.id", " UNION ALL ".join(parts))
-    return f"SELECT {STEP.columns('s')} FROM {step} AS s WHERE {ids}", slots
+    return sql.in_list("s.id", " UNION ALL ".join(parts)), slots
+
+
+def _build_load(acted_by: str, fairness: bool) -> tuple[str, list]:
+    """The statement that locks the run row and reads the steps a transition may touch (with
+    `fairness`: whether another run waits longer for a worker), and the run's checkpoint
+    count as the statement's snapshot saw it (see `load`)."""
+    step, run = STEP.name, RUN.name
+    fairer, fairer_slots = "0 = 1", []
+    if fairness:
+        fairer = (f"EXISTS (SELECT 1 FROM {run} AS other WHERE other.claimable_at <= %s "
+                  f"AND other.id <> r.id AND (other.priority_rank > r.priority_rank OR ("
+                  f"other.priority_rank = r.priority_rank AND other.served_at < r.served_at)))")
+        fairer_slots = [NOW]
+    ids, ids_slots = _build_steps(acted_by)
+    text = (f"SELECT {RUN.columns('r')}, {fairer}, (SELECT seen.checkpoint_seq FROM {run} "
+            f"AS seen WHERE seen.id = %s), {STEP.columns('s')} FROM {run} AS r "
+            f"LEFT JOIN {step} AS s ON {ids} WHERE r.id = %s")
+    if sql.is_postgres():
+        text += " FOR UPDATE OF r"
+    return text, [*fairer_slots, RUN_ID, *ids_slots, RUN_ID]
 
 
 def load(run_id: int, *, key: str | None = None, step_id: int | None = None,
          fairness: bool = False) -> RunState:
-    """Lock the run and read what a transition may touch; NotFound if there is no such run."""
+    """Lock the run and read what a transition may touch; NotFound if there is no such run.
+
+    One statement locks the run and reads its steps. On PostgreSQL, a statement that had to
+    wait for the lock reads the locked row as it is now but the joined steps as they were
+    when it began: if a transition committed meanwhile (the run's checkpoint count moved),
+    the steps are read again, under the lock."""
     acted_by = "key" if key is not None else "id" if step_id is not None else ""
     values = {"run": run_id, "now": timezone.now(),
               "acted": key if key is not None else step_id}
-    lock, lock_slots = _cached(("lock", fairness), lambda: _build_lock(fairness))
-    read, read_slots = _cached(("steps", acted_by), lambda: _build_steps(acted_by))
+    text, slots = _cached(("load", acted_by, fairness), lambda: _build_load(acted_by, fairness))
     with sql.cursor() as cursor:
-        cursor.execute(lock, _bind(lock_slots, values))
-        row = cursor.fetchone()
-        if row is None:
+        cursor.execute(text, _bind(slots, values))
+        rows = cursor.fetchall()
+        if not rows:
             raise NotFound(f"Run {run_id} does not exist.")
-        state = RunState(RUN.instance(row), fairer_waiting=bool(row[-1]))
-        cursor.execute(read, _bind(read_slots, values))
-        for row in cursor.fetchall():
-            state.add(STEP.instance(row))
+        width = len(RUN.fields)
+        state = RunState(RUN.instance(rows[0]), fairer_waiting=bool(rows[0][width]))
+        if rows[0][width + 1] != state.run.checkpoint_seq:
+            ids, ids_slots = _cached(("steps", acted_by), lambda: _build_steps(acted_by))
+            cursor.execute(f"SELECT {STEP.columns('s')} FROM {STEP.name} AS s WHERE {ids}",
+                           _bind(ids_slots, values))
+            rows = [(None,) * (width + 2) + row for row in cursor.fetchall()]
+        for row in rows:
+            if row[width + 2] is not None:
+                state.add(STEP.instance(row, width + 2))
     return state
 
 
