@@ -88,7 +88,10 @@ def error(request, message: str, status: int):
 
 @api.exception_handler(WorkflowError)
 def on_workflow_error(request, exc):
-    return error(request, str(exc), exc.status_code)
+    body = {"error": str(exc)}
+    if getattr(exc, "errors", None):  # a param or form field refused: each one, by name
+        body["fields"] = exc.errors
+    return api.create_response(request, body, status=exc.status_code)
 
 
 @api.exception_handler(BadValue)

@@ -138,6 +138,11 @@ class DecisionIn(Schema):
     comment: str = Field("", max_length=5000)
 
 
+class ApproveIn(DecisionIn):
+    values: dict[str, Any] | None = Field(
+        None, description="the gate's form (approval.form), filled in: field name: value")
+
+
 def run_out(run: Run, *, steps=None, reused: bool = False) -> dict:
     data = {f: getattr(run, f) for f in (
         "id", "title", "status", "priority", "idempotency_key", "shared_state", "params",
@@ -298,10 +303,12 @@ def cancel(request, run_id: Id, payload: CancelIn | None = None):
 DECIDE = {200: RunOut, 400: Error, 401: Error, 403: Error, 404: Error, 409: Error}
 
 
-@router.post("/runs/{run_id}/steps/{key}/approve", response=DECIDE, summary="Approve a gate")
-def approve(request, run_id: Id, key: Key, payload: DecisionIn | None = None):
+@router.post("/runs/{run_id}/steps/{key}/approve", response=DECIDE,
+             summary="Approve a gate (with its form's values, if it has a form)")
+def approve(request, run_id: Id, key: Key, payload: ApproveIn | None = None):
     engine.approve(get_run(run_id), key, user=request.user,
-                   comment=payload.comment if payload else "")
+                   comment=payload.comment if payload else "",
+                   values=payload.values if payload else None)
     return fresh_run(run_id)
 
 

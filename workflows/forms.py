@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django import forms
+from django.forms.utils import ErrorDict
 
 from goals.models import Goal
 
@@ -24,6 +25,34 @@ def field_for(param: dict) -> forms.Field:
         return forms.CharField(widget=forms.Textarea(attrs={"rows": 4}), max_length=10000,
                                strip=False, **common)
     return forms.CharField(max_length=500, **common)
+
+
+class GateForm(forms.Form):
+    """The fields a gate's approvers fill in (approval.form), prefixed `field_`; the engine
+    coerces and checks the values again. Ids carry the gate's id: a page shows many."""
+
+    def __init__(self, fields: list[dict], gate_id: int, *args, errors: dict | None = None,
+                 **kwargs):
+        super().__init__(*args, auto_id=f"gate{gate_id}-%s", **kwargs)
+        self.declared = fields
+        for field in fields:
+            self.fields[f"field_{field['name']}"] = field_for(field)
+        if errors is not None:  # the engine refused the values: its words, beside each field
+            self._errors = ErrorDict({f"field_{name}": self.error_class([problem])
+                                      for name, problem in errors.items()
+                                      if f"field_{name}" in self.fields})
+
+
+
+def gate_form(gate, data=None, errors: dict | None = None) -> GateForm | None:
+    """The form a gate's approvers fill in, if its spec gives it one."""
+    fields = (gate.config or {}).get("approval", {}).get("form")
+    return GateForm(fields, gate.pk, data, errors=errors) if fields else None
+
+
+def posted_values(data) -> dict:
+    """The `field_` values of a posted gate form, by field name (the engine types them)."""
+    return {name[6:]: value for name, value in data.items() if name.startswith("field_")}
 
 
 class StartRunForm(forms.Form):

@@ -346,6 +346,8 @@ class Approval(models.Model):
     )
     decision = models.CharField(max_length=16, choices=Decision)
     comment = models.TextField(blank=True)
+    # What the approver filled in on the gate's form (approval.form in the spec).
+    values = models.JSONField(default=dict, blank=True)
     # The group the gate waited on, and for how long, when this decision was made.
     group = models.CharField(max_length=150, blank=True)
     waited_seconds = models.FloatField(null=True, blank=True)

@@ -10,6 +10,7 @@ from django.db.models.functions import Coalesce
 from .engine import NotFound
 from .engine.rules import next_move, ready_steps
 from .engine.sql import CompiledQuery
+from .forms import gate_form
 from .models import (
     Approval,
     Checkpoint,
@@ -216,13 +217,14 @@ def decision_rows(approvals: QuerySet[Approval]):
     """Decisions as dicts, streamed from the database a chunk at a time."""
     rows = approvals.values_list("at", "step__run_id", "step__run__title", "step__key",
                                  "step__title", "attempt", "user__username", "decision",
-                                 "group", "comment", "waited_seconds")
+                                 "group", "comment", "values", "waited_seconds")
     for row in rows.iterator(chunk_size=2000):
-        at, run_id, title, key, step_title, attempt, user, decision, group, comment, waited = row
+        (at, run_id, title, key, step_title, attempt, user, decision, group, comment, values,
+         waited) = row
         yield {"at": at.isoformat(), "run": run_id, "run_title": title, "step": key,
                "step_title": step_title, "attempt": attempt, "user": user,
-               "decision": decision, "group": group, "comment": comment, "values": {},
-               "waited_seconds": waited}
+               "decision": decision, "group": group, "comment": comment,
+               "values": values or {}, "waited_seconds": waited}
 
 
 PLACEHOLDER = re.compile(r"{{\s*(state|params)\.([A-Za-z0-9_.-]+)\s*}}")
@@ -271,6 +273,7 @@ def gate_evidence(gates: list) -> list:
         decided.setdefault(approval.step_id, []).append(approval)
     for gate in gates:
         gate.instructions = fill_placeholders(gate.config.get("description", ""), gate.run)
+        gate.form = gate_form(gate)
         gate.evidence = []
         for key in gate.depends_on:
             dep = deps.get((gate.run_id, key))

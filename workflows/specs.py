@@ -20,13 +20,18 @@ TOP_FIELDS = {"name", "version", "description", "steps", "params", "max_parallel
 STEP_FIELDS = {
     "key", "title", "description", "depends_on", "run", "approval", "max_retries",
     "retry_backoff_seconds", "retry_backoff", "retry_backoff_max_seconds",
-    "continue_on_failure", "compensation", "timeout_seconds", "on_timeout",
+    "continue_on_failure", "compensation", "timeout_seconds", "on_timeout", "when",
 }
 WAIT_OUTCOMES = ("fail", "skip")
 ACTION_FIELDS = {"command", "shell", "callable", "timeout_seconds", "cwd", "env"}
 APPROVAL_FIELDS = {
     "group", "required", "allow_self_approval", "timeout_seconds", "on_timeout", "escalate_to",
+    "form",
 }
+# A step's `when`: where to look (shared state or params, a dotted path) and one test.
+WHEN_SOURCES = ("state", "params")
+WHEN_TESTS = ("equals", "not_equals", "in", "exists")
+WHEN_PATH = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+){0,9}$")
 BACKOFF_KINDS = {"fixed", "exponential"}
 
 
@@ -170,7 +175,43 @@ def _validate_approval(where: str, approval) -> dict:
         _fail(where, "on_timeout needs timeout_seconds")
     if on_timeout == "escalate" and not approval.get("escalate_to"):
         _fail(where, "on_timeout 'escalate' needs escalate_to (a group name)")
-    return {"required": 1, "allow_self_approval": False, **approval}
+    normal = {"required": 1, "allow_self_approval": False, **approval}
+    if "form" in approval:
+        try:
+            normal["form"] = check_fields(approval["form"], f"{where} form field")
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+        if not normal["form"]:
+            _fail(where, "form has no fields")
+    return normal
+
+
+def _validate_when(where: str, when) -> dict:
+    """A condition on the run's shared state or params: one place to look, one test."""
+    if not isinstance(when, dict):
+        _fail(where, 'must be an object such as {"state": "qa.rollout", "equals": "canary"}')
+    _unknown(where, when, {*WHEN_SOURCES, *WHEN_TESTS})
+    sources = [name for name in WHEN_SOURCES if name in when]
+    tests = [name for name in WHEN_TESTS if name in when]
+    if len(sources) != 1:
+        _fail(where, "needs exactly one of state or params (where to look)")
+    if len(tests) != 1:
+        _fail(where, f"needs exactly one of {', '.join(WHEN_TESTS)} (what to test)")
+    path, test = when[sources[0]], tests[0]
+    if not isinstance(path, str) or not WHEN_PATH.match(path):
+        _fail(where, f"{sources[0]} must be a dotted key such as 'qa.rollout', got {path!r}")
+    value = when[test]
+    scalar = (str, int, float, bool, type(None))
+    if test == "exists" and not isinstance(value, bool):
+        _fail(where, "exists must be true or false")
+    if test == "in" and (not isinstance(value, list) or not value
+                         or not all(isinstance(v, scalar) for v in value)):
+        _fail(where, "in must be a non-empty list of values")
+    if test in ("equals", "not_equals") and not isinstance(value, scalar):
+        _fail(where, f"{test} must be a string, number, true, false or null")
+    if isinstance(value, float) and not math.isfinite(value):
+        _fail(where, f"{test} must be a finite number")
+    return {sources[0]: path, test: value}
 
 
 def _validate_step(index: int, step) -> dict:
@@ -225,6 +266,8 @@ def _validate_step(index: int, step) -> dict:
             _fail(where, "on_timeout needs timeout_seconds")
     if "compensation" in step:
         normal["compensation"] = _validate_action(f"{where} compensation", step["compensation"])
+    if "when" in step:
+        normal["when"] = _validate_when(f"{where} when", step["when"])
     return normal
 
 

@@ -19,7 +19,7 @@ from tollgate.exports import csv_download
 from tollgate.query import int_param
 
 from . import engine, selectors
-from .forms import StartRunForm
+from .forms import StartRunForm, gate_form, posted_values
 from .models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, StepStatus, WorkflowSpec
 from .permissions import (
     can_cancel,
@@ -53,10 +53,12 @@ def _dag_order(steps: list) -> list:
 TIMELINE_LATEST = 200
 
 
-def run_context(request, run_id: int) -> dict:
+def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None) -> dict:
     """Everything the run page shows, in a constant number of queries.
 
-    The timeline shows the latest checkpoints unless the whole of it is asked for.
+    The timeline shows the latest checkpoints unless the whole of it is asked for. With
+    `refused` (gate key, {field: problem}), that gate's form shows what was posted and why
+    it was refused.
     """
     run = get_object_or_404(Run.objects.select_related("spec", "goal", "requested_by"), pk=run_id)
     steps = list(run.steps.order_by("index"))
@@ -80,6 +82,10 @@ def run_context(request, run_id: int) -> dict:
             step.instructions = selectors.fill_placeholders(step.config.get("description", ""),
                                                             run)
             step.approved = selectors.approvals_of_attempt(step.decisions, step.attempt)[1]
+            if refused and refused[0] == step.key:
+                step.form = gate_form(step, request.POST, errors=refused[1])
+            else:
+                step.form = gate_form(step)
         step.can_decide = can_decide(user, run, step, decided)
         step.can_retry = can_retry(user, run, step)
         step.can_skip = can_skip(user, run, step)
@@ -216,20 +222,28 @@ def _respond(request, run_id: int, *, key: str = "",
                         .filter(run_id=run_id, key=key).first())
                 if gate is not None:
                     selectors.gate_evidence([gate])
+                    if getattr(error, "errors", None):
+                        gate.form = gate_form(gate, request.POST, errors=error.errors)
                 return render(request, "workflows/inbox.html#gate-card",
                               {"gate": gate, "notice": message}, status=status)
             # The gate as the decision left it: the engine's rows, no query.
             return render(request, "workflows/inbox.html#decided",
                           {"gate": checkpoint.step, "notice": message})
-        context = run_context(request, run_id)
+        context = run_context(request, run_id, refused=_refused(key, error))
         context.update(notice=message, notice_error=bool(error))
         return render(request, "workflows/run_detail.html#run-body", context, status=status)
     if error:
-        context = run_context(request, run_id)
+        context = run_context(request, run_id, refused=_refused(key, error))
         context.update(notice=message, notice_error=True)
         return render(request, "workflows/run_detail.html", context, status=status)
     messages.success(request, message)
     return redirect(_back(request, Run.objects.get(pk=run_id)))
+
+
+def _refused(key: str, error) -> tuple[str, dict] | None:
+    """(gate key, {field: problem}) when a gate's form was refused, for the page to show."""
+    errors = getattr(error, "errors", None)
+    return (key, errors) if errors else None
 
 
 @require_POST
@@ -238,7 +252,8 @@ def step_action(request, pk: int, key: str, action: str):
     comment = request.POST.get("comment", "").strip()
     try:
         if action == "approve":
-            checkpoint = engine.approve(run, key, user=request.user, comment=comment)
+            checkpoint = engine.approve(run, key, user=request.user, comment=comment,
+                                        values=posted_values(request.POST), posted=True)
             done = f"You approved {checkpoint.step.title}."
         elif action == "reject":
             checkpoint = engine.reject(run, key, user=request.user, comment=comment)

@@ -15,10 +15,26 @@ from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
-from ..models import Checkpoint, Compensation, Run, RunStatus, Step, StepKind, StepStatus
+from ..models import (
+    Checkpoint,
+    CheckpointKind,
+    Compensation,
+    Run,
+    RunStatus,
+    Step,
+    StepKind,
+    StepStatus,
+)
 from .moves import close_gate, open_gate, start_waiting
 from .rows import RunState, actor_of, owed_compensations
-from .rules import claimable_at, hard_failure, next_action, run_status, settled
+from .rules import (
+    claimable_at,
+    condition_holds,
+    hard_failure,
+    next_action,
+    run_status,
+    settled,
+)
 
 # Sent once the transaction of a transition has committed, with `announcement`. The
 # dispatcher listens (it rings the queue); the engine imports nothing above it.
@@ -54,6 +70,7 @@ def commit(state: RunState, kind: str, *, actor, step: Step | None = None, summa
     now = timezone.now()
     if step is not None:
         _tell_dependents(state, step)
+    skipped = _skip_false_conditions(state, now)
     frontier = state.frontier()
     failed = hard_failure(frontier)
     opened = _open_gates(run, frontier, failed, now)
@@ -69,6 +86,11 @@ def commit(state: RunState, kind: str, *, actor, step: Step | None = None, summa
         actor=user, actor_name=name, summary=summary[:10000], evidence=evidence or {},
         state_patch=state_patch or {}, at=now)
     _announce(state, checkpoint, frontier, failed, previous_status, now)
+    for skip, why in skipped:  # after the transition that settled their dependencies
+        run.checkpoint_seq += 1
+        state.append(kind=CheckpointKind.STEP_SKIPPED, step=skip, run_status=run.status,
+                     step_status=skip.status, actor=None, actor_name="condition", summary=why,
+                     evidence={"when": skip.config["when"]}, state_patch={}, at=now)
     return checkpoint
 
 
@@ -81,6 +103,46 @@ def _tell_dependents(state: RunState, step: Step) -> None:
     for dependent in state.ensure_dependents(step):
         dependent.waiting_on += -1 if now_settled else 1
     step.settled_when_loaded = now_settled
+
+
+def _skip_false_conditions(state: RunState, now) -> list[tuple[Step, str]]:
+    """Steps whose dependencies have just settled and whose `when` is false are skipped
+    (which may settle, and so test, the steps after them). Returns (step, why) for each."""
+    run = state.run
+    if run.is_terminal or state.hard_failure() is not None:
+        return []  # tested when the run moves on again
+    skipped = []
+    while True:
+        due = [s for s in state.frontier() if s.status == StepStatus.PENDING
+               and s.waiting_on == 0 and s.config.get("when") and _untested(s)]
+        false = []
+        for step in due:
+            holds, why = condition_holds(step.config["when"], run.shared_state or {},
+                                         run.params or {})
+            if not holds:
+                false.append((step, why))
+            else:
+                step.condition_held = True  # not again in this transaction
+        if not false:
+            return skipped
+        for step, why in false:
+            step.status, step.finished_at = StepStatus.SKIPPED, now
+            step.last_summary = f"Skipped: {why}"
+            close_gate(step)
+            _tell_dependents(state, step)
+            skipped.append((step, step.last_summary))
+
+
+def _untested(step: Step) -> bool:
+    """Has the step's condition not been tested since its dependencies settled? A worker
+    step is announced, a gate opened and a wait step starts waiting right after the test."""
+    if getattr(step, "condition_held", False):
+        return False
+    if step.kind == StepKind.RUN:
+        return step.rung_at is None
+    if step.kind == StepKind.WAIT:
+        return step.waiting_since is None
+    return True  # a pending gate whose dependencies have settled opens in this commit
 
 
 def _open_gates(run, frontier, failed, now) -> list:

@@ -7,15 +7,16 @@ from django.utils import timezone
 
 from .. import permissions
 from ..models import Approval, Checkpoint, CheckpointKind, Decision, Run, Step, StepKind, StepStatus
+from ..params import FieldErrors, coerce
 from . import sql
 from .commit import commit
 from .errors import IllegalTransition, InvalidInput, NotPermitted
-from .moves import close_gate, fail_for_good, require_open
+from .moves import close_gate, fail_for_good, merge_state, require_open
 from .rows import RunState, locked
 
 APPROVAL = sql.Table(Approval)
-APPROVAL_COLUMNS = ("step_id", "attempt", "user_id", "decision", "comment", "group",
-                    "waited_seconds", "at")
+APPROVAL_COLUMNS = ("step_id", "attempt", "user_id", "decision", "comment", "values",
+                    "group", "waited_seconds", "at")
 
 
 def _check_approver(run: Run, step: Step, user) -> None:
@@ -47,35 +48,65 @@ def _gate(state: RunState, key, user, verb: str) -> tuple[Step, list[tuple[int, 
     return step, decided
 
 
-def _record_decision(step: Step, user, decision: str, comment: str) -> None:
+def _record_decision(step: Step, user, decision: str, comment: str,
+                     values: dict | None = None) -> None:
     """Insert the decision now: the unique (step, attempt, user) is the last word on a
     second decision racing in."""
     now = timezone.now()
     waited = (now - step.waiting_since).total_seconds() if step.waiting_since else None
     with sql.cursor() as cursor:
         cursor.execute(*APPROVAL.insert(APPROVAL_COLUMNS, [(
-            step.pk, step.attempt, user.pk, decision, comment, step.approval_group, waited,
-            now)]))
+            step.pk, step.attempt, user.pk, decision, comment, values or {},
+            step.approval_group, waited, now)]))
 
 
-def approve(run, key: str, *, user, comment: str = "") -> Checkpoint:
-    """Record an approval; the gate completes when its quorum of distinct approvers is met."""
+def form_values(step: Step, given, *, posted: bool = False) -> dict:
+    """The gate's form (approval.form) filled in: typed values, or InvalidInput naming each
+    field that was refused (its `errors`, {field: problem}, for a form to show). From a
+    posted HTML form (`posted`), a box that was not ticked is false."""
+    fields = step.config.get("approval", {}).get("form") or []
+    if not fields and not given:
+        return {}
+    if posted:
+        given = {**{f["name"]: False for f in fields if f["type"] == "boolean"}, **given}
+    try:
+        return coerce(fields, given, what="field")
+    except FieldErrors as exc:
+        refused = InvalidInput(f"{step.title}: {exc}")
+        refused.errors = exc.errors
+        raise refused from None
+
+
+def approve(run, key: str, *, user, comment: str = "", values: dict | None = None,
+            posted: bool = False) -> Checkpoint:
+    """Record an approval, with the gate's form filled in; the gate completes when its
+    quorum of distinct approvers is met. The values go into the run's shared state under
+    the gate's key (a later approver's value for a field replaces an earlier one)."""
     with locked(run, key=key) as state:
         step, decided = _gate(state, key, user, "approve")
-        _record_decision(step, user, Decision.APPROVE, comment)
+        filled = form_values(step, values, posted=posted)
+        _record_decision(step, user, Decision.APPROVE, comment, filled)
+        patch = {}
+        if filled:
+            shared = state.run.shared_state or {}
+            earlier = shared.get(key) if isinstance(shared.get(key), dict) else {}
+            patch = merge_state(state.run, {key: {**earlier, **filled}})
         count = 1 + sum(1 for _, decision in decided if decision == Decision.APPROVE)
         evidence = {"approvals": count, "required": step.approval_required}
+        if filled:
+            evidence["values"] = filled
+        summary = comment or f"Approved ({count} of {step.approval_required})"
         if count >= step.approval_required:
             close_gate(step)
             step.status = StepStatus.COMPLETED
             step.finished_at = timezone.now()
             step.last_summary = comment
+            if patch:
+                step.last_state_patch = patch
             return commit(state, CheckpointKind.STEP_APPROVED, actor=user, step=step,
-                          summary=comment or f"Approved ({count} of {step.approval_required})",
-                          evidence=evidence)
+                          summary=summary, evidence=evidence, state_patch=patch)
         return commit(state, CheckpointKind.APPROVAL_RECORDED, actor=user, step=step,
-                      summary=comment or f"Approved ({count} of {step.approval_required})",
-                      evidence=evidence)
+                      summary=summary, evidence=evidence, state_patch=patch)
 
 
 def reject(run, key: str, *, user, comment: str) -> Checkpoint:

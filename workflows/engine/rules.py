@@ -172,6 +172,31 @@ def next_action(steps, ready=None) -> tuple[str, str]:
     }[move]
 
 
+MISSING = object()
+
+
+def condition_holds(when: dict, shared_state: dict, params: dict) -> tuple[bool, str]:
+    """(does a step's `when` hold, a sentence saying why for the timeline)."""
+    source = "state" if "state" in when else "params"
+    path = when[source]
+    value = shared_state if source == "state" else params
+    for part in path.split("."):
+        value = value.get(part, MISSING) if isinstance(value, dict) else MISSING
+    shown = "missing" if value is MISSING else repr(value)
+    where = f"{source} {path}"
+    if "exists" in when:
+        holds = (value is not MISSING) == when["exists"]
+        return holds, f"{where} is {'set' if value is not MISSING else 'missing'}"
+    if "equals" in when:
+        return value == when["equals"], f"{where} is {shown}, the condition wants " \
+                                        f"{when['equals']!r}"
+    if "not_equals" in when:
+        return value != when["not_equals"], f"{where} is {shown}, the condition wants " \
+                                            f"anything but {when['not_equals']!r}"
+    return value in when["in"], f"{where} is {shown}, the condition wants one of " \
+                                f"{', '.join(map(repr, when['in']))}"
+
+
 MAX_DELAY_SECONDS = 7 * 86400  # what spec validation allows; older rows are held to it too
 
 
