@@ -5,6 +5,7 @@ import os
 os.environ.setdefault("DEBUG", "0")
 os.environ.setdefault("TOLLGATE_SECURE_COOKIES", "0")
 os.environ.setdefault("TOLLGATE_SSL_REDIRECT", "0")
+os.environ.setdefault("TOLLGATE_BASE_URL", "http://testserver")
 
 from tollgate.settings import *  # noqa: E402,F403
 from tollgate.settings import DATABASES, HUEY, VAR_DIR  # noqa: E402
@@ -21,6 +22,7 @@ STORAGES = {
 # Tests ring the queue only where they run a consumer and say so.
 TOLLGATE_DISPATCH = False
 TOLLGATE_NOTIFY = False
+TOLLGATE_WEBHOOKS = False
 HUEY = {**HUEY, "name": f"tollgate-test-{os.getpid()}"}
 if HUEY["huey_class"] == "huey.SqliteHuey":
     HUEY["filename"] = str(VAR_DIR / f"huey-test-{os.getpid()}.sqlite3")

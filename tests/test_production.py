@@ -18,7 +18,8 @@ from .support.processes import ROOT, free_port, start_gunicorn, wait_for
 from .workflows.consumers import Consumer, consumer_env
 
 PRODUCTION = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50),
-              "ALLOWED_HOSTS": "tollgate.example.com,127.0.0.1"}
+              "ALLOWED_HOSTS": "tollgate.example.com,127.0.0.1",
+              "TOLLGATE_BASE_URL": "https://tollgate.example.com"}
 
 
 def test_check_deploy_is_clean_with_production_settings(tmp_path):

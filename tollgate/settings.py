@@ -261,3 +261,12 @@ TOLLGATE_KILL_GRACE_SECONDS = float(os.environ.get("TOLLGATE_KILL_GRACE_SECONDS"
 TOLLGATE_REPORT_RETRY_SECONDS = float(os.environ.get("TOLLGATE_REPORT_RETRY_SECONDS", "300"))
 # Email people about gates and failed runs (through Huey, after the transition commits).
 TOLLGATE_NOTIFY = env_bool("TOLLGATE_NOTIFY", True)
+# Post gate events to the groups' webhooks (through Huey, after the transition commits).
+TOLLGATE_WEBHOOKS = env_bool("TOLLGATE_WEBHOOKS", True)
+# Where people reach this Tollgate: the absolute links in mail and webhooks are built on it
+# (a system check requires it in production). `make run` serves on 127.0.0.1:8000.
+TOLLGATE_BASE_URL = os.environ.get(
+    "TOLLGATE_BASE_URL", "http://127.0.0.1:8000" if DEBUG else "").rstrip("/")
+# How long a signed decision link in a mail works, at most (it stops working as soon as its
+# gate is decided or a new attempt starts).
+TOLLGATE_DECISION_LINK_DAYS = int(os.environ.get("TOLLGATE_DECISION_LINK_DAYS", "14"))

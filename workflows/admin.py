@@ -4,7 +4,18 @@ from django import forms
 from django.contrib import admin, messages
 
 from . import engine
-from .models import ApiToken, Approval, Checkpoint, Run, Schedule, SpecStatus, Step, WorkflowSpec
+from .models import (
+    ApiToken,
+    Approval,
+    Checkpoint,
+    Run,
+    Schedule,
+    SpecStatus,
+    Step,
+    Webhook,
+    WebhookDelivery,
+    WorkflowSpec,
+)
 from .specs import SpecError, require_author, store_spec, validate_spec
 
 
@@ -196,3 +207,27 @@ class ScheduleAdmin(admin.ModelAdmin):
     search_fields = ["name", "spec_name"]
     autocomplete_fields = ["goal"]
     readonly_fields = ["missed_count", "skipped_count", "last_run", "paused_reason"]
+
+
+@admin.register(Webhook)
+class WebhookAdmin(admin.ModelAdmin):
+    list_display = ["group", "url", "active", "created_at"]
+    list_filter = ["active", "group"]
+    search_fields = ["group", "url"]
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(admin.ModelAdmin):
+    """A record of each post: read only (Tollgate writes it)."""
+
+    list_display = ["event", "webhook", "run", "status", "attempts", "last_status_code",
+                    "next_attempt_at", "delivered_at"]
+    list_filter = ["status", "event"]
+    list_select_related = ["webhook", "run"]
+    readonly_fields = [f.name for f in WebhookDelivery._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

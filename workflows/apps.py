@@ -6,7 +6,7 @@ class WorkflowsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import dispatch
+        from . import checks, dispatch  # noqa: F401 (checks registers itself)
         from .engine import transition_committed
 
         transition_committed.connect(dispatch.on_transition, dispatch_uid="tollgate-dispatch")

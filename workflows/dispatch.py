@@ -43,10 +43,12 @@ def on_transition(sender, announcement: Announcement, **kwargs) -> None:
             wake_at(eta, announcement.priority)
         if announcement.compensations:
             compensate(announcement.run_id)
-    if settings.TOLLGATE_NOTIFY:
+    if settings.TOLLGATE_NOTIFY or settings.TOLLGATE_WEBHOOKS:
         events = notification_events(announcement)
-        if events:
+        if events and settings.TOLLGATE_NOTIFY:
             notify(announcement.checkpoint_id, events)
+        if events and settings.TOLLGATE_WEBHOOKS:
+            post_webhooks(announcement.checkpoint_id, events)
 
 
 def wake(count: int, priority: int = 1) -> None:
@@ -80,6 +82,25 @@ def compensate(run_id: int) -> None:
         compensate_run(run_id)
     except Exception:
         log.exception("Could not enqueue compensation of run %s", run_id)
+
+
+def post_webhooks(checkpoint_id: int, events: list[tuple[str, str]]) -> None:
+    from .tasks import plan_webhooks
+
+    try:
+        plan_webhooks(checkpoint_id, events)
+    except Exception:  # the periodic task posts what is due; planning waits for a retry
+        log.exception("Could not enqueue webhooks for checkpoint %s", checkpoint_id)
+
+
+def deliver_webhook(delivery_id: int, eta=None) -> None:
+    from .tasks import deliver_webhook as task
+
+    try:
+        task.schedule(args=(delivery_id,), eta=eta) if eta else task(delivery_id)
+    except Exception:
+        log.exception("Could not enqueue webhook delivery %s; the periodic task will post it",
+                      delivery_id)
 
 
 def notify(checkpoint_id: int, events: list[tuple[str, str]]) -> None:

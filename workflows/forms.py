@@ -19,7 +19,8 @@ def field_for(param: dict) -> forms.Field:
     if kind == "number":
         return forms.FloatField(**common)
     if kind == "choice":
-        choices = [("", "—")] if not common["required"] else []
+        # Without a default, nothing is chosen until someone chooses (a required one says so).
+        choices = [("", "—")] if "default" not in param else []
         return forms.ChoiceField(choices=choices + [(o, o) for o in param["options"]], **common)
     if kind == "text":
         return forms.CharField(widget=forms.Textarea(attrs={"rows": 4}), max_length=10000,

@@ -584,3 +584,59 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} to {self.user_id}"
+
+
+class Webhook(models.Model):
+    """A URL that hears about a group's gates: waiting, decided, escalated (signed JSON)."""
+
+    group = models.CharField(max_length=150, help_text="The approver group whose gates it hears.")
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=200, help_text="Signs each post (HMAC-SHA256): the "
+                                                         "receiver checks X-Tollgate-Signature.")
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["group", "url"]
+        indexes = [models.Index(fields=["group"], condition=Q(active=True),
+                                name="webhook_active_group_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.group} → {self.url}"
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+class WebhookDelivery(models.Model):
+    """One event posted to one webhook: retried until the receiver answers 2xx or the
+    attempts run out, each attempt recorded. The unique key stops an event being planned
+    twice; a receiver dedupes with X-Tollgate-Delivery (a post may be repeated)."""
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    key = models.CharField(max_length=200)
+    event = models.CharField(max_length=40)
+    run = models.ForeignKey(Run, null=True, on_delete=models.SET_NULL, related_name="+")
+    payload = models.JSONField()
+    status = models.CharField(max_length=16, choices=DeliveryStatus,
+                              default=DeliveryStatus.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_status_code = models.PositiveIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "webhook deliveries"
+        constraints = [models.UniqueConstraint(fields=["webhook", "key"],
+                                               name="webhook_delivery_once_per_event")]
+        indexes = [models.Index(fields=["next_attempt_at"], condition=Q(status="pending"),
+                                name="webhook_delivery_due_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.event} to {self.webhook_id} ({self.status})"

@@ -8,6 +8,7 @@ from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from . import links
 from .models import Checkpoint, Notification, StepStatus
 from .permissions import deciders
 
@@ -19,14 +20,16 @@ def messages_for(checkpoint: Checkpoint, event: str, step_key: str):
     run = checkpoint.run
     step = run.steps.filter(key=step_key).first() if step_key else None
     requester = run.requested_by if run.requested_by and run.requested_by.email else None
-    link = run.get_absolute_url()
+    link = links.absolute(run.get_absolute_url())
     if event in ("gate_waiting", "gate_escalated") and step is not None:
         members = deciders(run, step).exclude(email="")
         verb = "was escalated to" if event == "gate_escalated" else "waits on"
         for user in members:
+            # A link signed for this person, this gate and this attempt (see links.py).
             yield user, f"[Tollgate] {step.title} {verb} {step.approval_group}: {run}", (
                 f"{step.title} of run {run} {verb} the {step.approval_group} group.\n"
-                f"Decide it at {link}\n")
+                f"Decide it, with its evidence, at {links.decision_url(user, step)}\n"
+                f"The run: {link}\n")
         if event == "gate_escalated" and requester:
             yield requester, f"[Tollgate] {step.title} escalated: {run}", (
                 f"No decision came in time; {step.title} now waits on {step.approval_group}.\n"

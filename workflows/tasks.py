@@ -77,6 +77,36 @@ def send_notifications(checkpoint_id: int, events: list) -> None:
     log.info("checkpoint %s: %s notification(s) sent", checkpoint_id, sent)
 
 
+@db_task(retries=3, retry_delay=10)
+def plan_webhooks(checkpoint_id: int, events: list) -> None:
+    from . import dispatch, webhooks
+
+    for delivery_id in webhooks.plan(checkpoint_id, [tuple(e) for e in events]):
+        dispatch.deliver_webhook(delivery_id)
+
+
+@db_task()
+def deliver_webhook(delivery_id: int) -> None:
+    from . import dispatch, webhooks
+    from .models import WebhookDelivery
+
+    if webhooks.deliver(delivery_id) == "pending":  # refused or unreachable: try again later
+        retry_at = (WebhookDelivery.objects.filter(pk=delivery_id)
+                    .values_list("next_attempt_at", flat=True).first())
+        dispatch.deliver_webhook(delivery_id, eta=retry_at)
+
+
+@db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
+def deliver_due_webhooks() -> int:
+    """Ring again for deliveries whose attempt is due and whose doorbell was lost."""
+    from . import dispatch, webhooks
+
+    due = webhooks.due()
+    for delivery_id in due:
+        dispatch.deliver_webhook(delivery_id)
+    return len(due)
+
+
 @task()
 def chain_hop(remaining: int, token: str) -> None:
     """One hop of a raw Huey chain (no database work): the bench's queue reference."""

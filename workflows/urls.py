@@ -7,6 +7,7 @@ urlpatterns = [
     path("inbox/decide/", views.inbox_bulk, name="inbox_bulk"),
     path("runs/", views.run_list, name="run_list"),
     path("decisions/", views.my_decisions, name="my_decisions"),
+    path("decide/<str:token>/", views.decide, name="decide"),
     path("profile/", views.profile, name="profile"),
     path("specs/", views.spec_list, name="spec_list"),
     path("specs/<slug:name>/start/", views.start_run, name="start_run"),

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from tollgate.exports import csv_download
 from tollgate.query import int_param
 
-from . import engine, selectors
+from . import engine, links, selectors
 from .forms import StartRunForm, gate_form, posted_values
 from .models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, StepStatus, WorkflowSpec
 from .permissions import (
@@ -29,6 +29,7 @@ from .permissions import (
     can_retry,
     can_skip,
     decidable_by,
+    decide_refusal,
 )
 from .recovery import recover_run
 
@@ -190,6 +191,38 @@ def inbox_bulk(request):
         if gate.notice:
             messages.error(request, f"{gate.title} ({gate.run}): {gate.notice}")
     return redirect("inbox")
+
+
+@require_GET
+def decide(request, token: str):
+    """The page a signed decision link opens (after sign-in): the gate with its evidence
+    and the Approve and Reject buttons. Opening it changes nothing; the link works only for
+    the person it was sent to, and only while that attempt of the gate waits."""
+    try:
+        link = links.read(token)
+    except links.BadLink as exc:
+        return render(request, "workflows/decide.html", {"problem": str(exc)}, status=400)
+    if link.user_id != request.user.pk:
+        return render(request, "workflows/decide.html", {
+            "problem": "This link was sent to another person: sign in as them to use it, "
+                       "or find the gate in your own inbox."}, status=403)
+    gate = (Step.objects.select_related("run", "run__goal", "run__requested_by")
+            .filter(pk=link.step_id, kind="approval").first())
+    if gate is None:
+        return render(request, "workflows/decide.html",
+                      {"problem": "This gate no longer exists."}, status=404)
+    if gate.attempt != link.attempt or gate.status != StepStatus.WAITING_APPROVAL:
+        return render(request, "workflows/decide.html", {
+            "run": gate.run, "problem": f"This link no longer works: {gate.title} was decided "
+                                        "or has started again since it was sent."}, status=410)
+    decided = Approval.objects.filter(step=gate, attempt=gate.attempt, user=request.user)
+    refusal = ("You have already decided this gate." if decided.exists()
+               else decide_refusal(request.user, gate.run, gate))
+    if refusal:
+        return render(request, "workflows/decide.html", {"run": gate.run, "problem": refusal},
+                      status=403)
+    selectors.gate_evidence([gate])
+    return render(request, "workflows/decide.html", {"gate": gate})
 
 
 @require_GET

@@ -121,3 +121,8 @@ class Command(BaseCommand):
                                  summary="Warehouse credentials expired")
 
         open_("open", "data-release", "data", title="December data release")
+
+        run = open_("form", "rollout", title="Roll out release 3.1")
+        engine.record_transition(run, "build", actor=agent, step_status="completed",
+                                 summary="Built and tested",
+                                 evidence={"stdout": "built release 3.1\n12 tests passed\n"})

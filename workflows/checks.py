@@ -1,0 +1,25 @@
+"""System checks: what a production deployment must set for Tollgate to work."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+
+
+@register(Tags.security, deploy=True)
+def base_url(app_configs, **kwargs):
+    """Mail and webhooks carry absolute links: production must say where Tollgate lives."""
+    url = settings.TOLLGATE_BASE_URL
+    parts = urlsplit(url)
+    if not url or parts.scheme not in ("http", "https") or not parts.netloc:
+        return [Error(
+            "TOLLGATE_BASE_URL is not an absolute http(s) URL: links in mail and webhooks "
+            "would not open.", hint="Set TOLLGATE_BASE_URL, e.g. https://tollgate.example.com",
+            id="tollgate.E001")]
+    if parts.scheme != "https":
+        return [Warning("TOLLGATE_BASE_URL is not https: decision links would travel in clear.",
+                        hint="Serve Tollgate over HTTPS and set an https:// base URL.",
+                        id="tollgate.W001")]
+    return []

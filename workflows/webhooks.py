@@ -1,0 +1,143 @@
+"""Webhooks: a group's gate events posted as signed JSON, a second channel beside mail.
+
+Each event is planned once per webhook (a row, unique per event), then posted with retries
+until the receiver answers 2xx or the attempts run out; every attempt is recorded on the
+row. A delivery whose doorbell was lost is found again by the periodic task. The body is
+signed with the webhook's secret:
+
+    X-Tollgate-Signature: sha256=<hex HMAC-SHA256 of "<X-Tollgate-Timestamp>.<body>">
+
+so a receiver can check that it came from Tollgate, unaltered and recent. A post may come
+twice (a worker dying after the receiver answered): X-Tollgate-Delivery names it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from datetime import timedelta
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from . import links
+from .models import Checkpoint, DeliveryStatus, Step, StepStatus, Webhook, WebhookDelivery
+
+log = logging.getLogger(__name__)
+
+GATE_EVENTS = ("gate_waiting", "gate_decided", "gate_escalated")
+# Seconds before each retry; after the last, the delivery is marked failed.
+RETRY_DELAYS = (10, 60, 300, 1800)
+TIMEOUT_SECONDS = 10
+# A claimed attempt is this long away from being claimed again (a worker died mid-post).
+CLAIM_SECONDS = 60
+
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    digest = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return "sha256=" + digest.hexdigest()
+
+
+def plan(checkpoint_id: int, events) -> list[int]:
+    """Delivery rows for a checkpoint's gate events, one per event and active webhook of
+    the gate's group; planning again (a retried task) adds none. Returns new row ids."""
+    checkpoint = (Checkpoint.objects.select_related("run", "run__requested_by", "actor")
+                  .filter(pk=checkpoint_id).first())
+    if checkpoint is None:
+        return []
+    planned = []
+    for event, step_key in events:
+        if event not in GATE_EVENTS:
+            continue
+        step = Step.objects.filter(run_id=checkpoint.run_id, key=step_key).first()
+        if step is None:
+            continue
+        for webhook in Webhook.objects.filter(active=True, group=step.approval_group):
+            key = f"{checkpoint.run_id}:{checkpoint.seq}:{event}:{step_key}"
+            try:
+                with transaction.atomic():
+                    delivery = WebhookDelivery.objects.create(
+                        webhook=webhook, key=key, event=event, run=checkpoint.run,
+                        payload=payload(event, checkpoint, step))
+            except IntegrityError:
+                continue  # planned by an earlier try of this task
+            planned.append(delivery.pk)
+    return planned
+
+
+def payload(event: str, checkpoint: Checkpoint, step: Step) -> dict:
+    run = checkpoint.run
+    body = {
+        "event": event,
+        "at": checkpoint.at.isoformat(),
+        "run": {"id": run.pk, "title": run.title, "spec": run.spec_name,
+                "status": checkpoint.run_status, "url": links.absolute(run.get_absolute_url()),
+                "requested_by": run.requested_by.get_username() if run.requested_by else None},
+        "gate": {"key": step.key, "title": step.title, "group": step.approval_group,
+                 "attempt": step.attempt, "status": checkpoint.step_status or step.status,
+                 "deadline": step.deadline_at.isoformat() if step.deadline_at else None},
+        "summary": checkpoint.summary,
+    }
+    if event == "gate_decided":
+        outcome = {StepStatus.COMPLETED: "approved", StepStatus.FAILED: "rejected"}
+        body["decision"] = {"outcome": outcome.get(checkpoint.step_status, "timed out"),
+                            "by": checkpoint.actor_name, "comment": checkpoint.summary,
+                            "values": checkpoint.evidence.get("values", {})}
+    return body
+
+
+def deliver(delivery_id: int, now=None) -> str:
+    """Post one delivery if it is due (claiming it first, so two workers never post it at
+    once); record the attempt. Returns its status afterwards."""
+    now = now or timezone.now()
+    claimed = WebhookDelivery.objects.filter(
+        pk=delivery_id, status=DeliveryStatus.PENDING, next_attempt_at__lte=now).update(
+        next_attempt_at=now + timedelta(seconds=CLAIM_SECONDS))
+    delivery = WebhookDelivery.objects.select_related("webhook").filter(pk=delivery_id).first()
+    if not claimed or delivery is None:
+        return delivery.status if delivery else "missing"
+    body = json.dumps({**delivery.payload, "delivery": delivery.pk},
+                      sort_keys=True).encode()
+    timestamp = str(int(time.time()))
+    request = urllib.request.Request(delivery.webhook.url, data=body, method="POST", headers={
+        "Content-Type": "application/json", "User-Agent": "Tollgate-Webhook",
+        "X-Tollgate-Event": delivery.event, "X-Tollgate-Delivery": str(delivery.pk),
+        "X-Tollgate-Timestamp": timestamp,
+        "X-Tollgate-Signature": sign(delivery.webhook.secret, timestamp, body)})
+    code, error = None, ""
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
+            code = response.status
+    except urllib.error.HTTPError as exc:
+        code, error = exc.code, f"HTTP {exc.code}"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        error = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+    attempts = delivery.attempts + 1
+    done = code is not None and 200 <= code < 300
+    if done:
+        status, next_at = DeliveryStatus.DELIVERED, now
+    elif attempts > len(RETRY_DELAYS):
+        status, next_at = DeliveryStatus.FAILED, now
+    else:
+        status = DeliveryStatus.PENDING
+        next_at = timezone.now() + timedelta(seconds=RETRY_DELAYS[attempts - 1])
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(
+        status=status, attempts=attempts, last_status_code=code, last_error=error[:2000],
+        next_attempt_at=next_at, delivered_at=timezone.now() if done else None)
+    if not done:
+        log.warning("Webhook delivery %s to %s: %s (attempt %s)", delivery.pk,
+                    delivery.webhook.url, error or code, attempts)
+    return status
+
+
+def due(now=None, limit: int = 500) -> list[int]:
+    """Pending deliveries whose next attempt is due (a lost doorbell, or a retry)."""
+    now = now or timezone.now()
+    return list(WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING,
+                                               next_attempt_at__lte=now)
+                .order_by("next_attempt_at").values_list("pk", flat=True)[:limit])
