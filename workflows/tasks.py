@@ -37,12 +37,6 @@ def work() -> None:
 
 
 @db_task()
-def run_step(step_id: int) -> None:
-    """A doorbell for one step (rung by earlier versions; kept for their queued messages)."""
-    log.info("step %s: %s", step_id, worker.run_step(step_id))
-
-
-@db_task()
 def compensate_run(run_id: int) -> None:
     log.info("run %s: compensated %s", run_id, worker.compensate_run(run_id))
 

@@ -182,7 +182,7 @@ def _pings(port: int) -> bool:
 
 def test_redis_restarted_during_a_run(settings, private_redis, tmp_path):
     """The queue loses everything it held; the database still knows, and the sweeper re-rings."""
-    from huey import RedisHuey
+    from huey import PriorityRedisHuey
 
     from tests.workflows.consumers import Consumer
 
@@ -190,11 +190,11 @@ def test_redis_restarted_during_a_run(settings, private_redis, tmp_path):
     settings.TOLLGATE_DISPATCH = True
     settings.TOLLGATE_CALLABLES = ["workflows.callables.*", "tests.callables.*"]
     name = f"tollgate-fault-{os.getpid()}"
-    queue = RedisHuey(name, url=url)
+    queue = PriorityRedisHuey(name, url=url)
     import workflows.tasks as tasks
 
-    original = tasks.run_step.huey
-    tasks.run_step.huey = queue  # this process rings the private Redis too
+    original = tasks.work.huey
+    tasks.work.huey = queue  # this process rings the private Redis too
     consumer = Consumer(workers=2, log=tmp_path / "consumer.log", TOLLGATE_REDIS_URL=url,
                         TOLLGATE_HUEY_NAME=name)
     try:
@@ -206,7 +206,7 @@ def test_redis_restarted_during_a_run(settings, private_redis, tmp_path):
         wait_for(lambda: finished(run.pk), 120, 0.25, what="the run to finish after the restart")
     finally:
         consumer.stop()
-        tasks.run_step.huey = original
+        tasks.work.huey = original
     assert check_run(run.pk) == []
 
 
@@ -233,7 +233,7 @@ def test_command_ignoring_sigterm_is_killed_and_fails_as_policy_says(consumers, 
 def test_redis_down_when_a_run_fails_compensation_still_runs(settings, private_redis, tmp_path):
     """The compensation is a row written with the failure, not a message: when the queue is
     down as the run fails, the sweeper rings it once the queue is back."""
-    from huey import RedisHuey
+    from huey import PriorityRedisHuey
 
     import workflows.tasks as tasks
     from tests.workflows.consumers import Consumer
@@ -242,9 +242,9 @@ def test_redis_down_when_a_run_fails_compensation_still_runs(settings, private_r
     url = private_redis.url
     settings.TOLLGATE_DISPATCH = True
     name = f"tollgate-undo-{os.getpid()}"
-    queue = RedisHuey(name, url=url)
-    original = tasks.compensate_run.huey, tasks.run_step.huey
-    tasks.compensate_run.huey = tasks.run_step.huey = queue
+    queue = PriorityRedisHuey(name, url=url)
+    original = tasks.compensate_run.huey, tasks.work.huey
+    tasks.compensate_run.huey = tasks.work.huey = queue
     undo_log = tmp_path / "undo.log"
     spec = store_spec({"name": "undo-redis", "steps": [
         {"key": "deploy", "run": {"callable": "workflows.callables.noop"},
@@ -268,7 +268,7 @@ def test_redis_down_when_a_run_fails_compensation_still_runs(settings, private_r
     finally:
         if consumer:
             consumer.stop()
-        tasks.compensate_run.huey, tasks.run_step.huey = original
+        tasks.compensate_run.huey, tasks.work.huey = original
     assert undo_log.read_text() == "undone\n"
     assert check_run(run.pk, ("failed",)) == []
 

@@ -198,14 +198,7 @@ def _changed(step: Step) -> list[str]:
 
 # statements -------------------------------------------------------------------------------
 
-class Slot:
-    """A named parameter of a cached statement, bound at each call."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-
-RUN_ID, NOW, ACTED = Slot("run"), Slot("now"), Slot("acted")
+RUN_ID, NOW, ACTED = sql.Slot("run"), sql.Slot("now"), sql.Slot("acted")
 _cache: dict[tuple, tuple[str, list]] = {}
 
 
@@ -215,10 +208,6 @@ def _cached(name: tuple, build) -> tuple[str, list]:
     if key not in _cache:
         _cache[key] = build()
     return _cache[key]
-
-
-def _bind(slots: list, values: dict) -> list:
-    return [values[slot.name] if isinstance(slot, Slot) else slot for slot in slots]
 
 
 def _frontier_sql() -> str:
@@ -309,7 +298,7 @@ def load(run_id: int, *, key: str | None = None, step_id: int | None = None,
               "acted": key if key is not None else step_id}
     text, slots = _cached(("load", acted_by, fairness), lambda: _build_load(acted_by, fairness))
     with sql.cursor() as cursor:
-        cursor.execute(text, _bind(slots, values))
+        cursor.execute(text, sql.bind(slots, values))
         rows = cursor.fetchall()
         if not rows:
             raise NotFound(f"Run {run_id} does not exist.")
@@ -318,7 +307,7 @@ def load(run_id: int, *, key: str | None = None, step_id: int | None = None,
         if rows[0][width + 1] != state.run.checkpoint_seq:
             ids, ids_slots = _cached(("steps", acted_by), lambda: _build_steps(acted_by))
             cursor.execute(f"SELECT {STEP.columns('s')} FROM {STEP.name} AS s WHERE {ids}",
-                           _bind(ids_slots, values))
+                           sql.bind(ids_slots, values))
             rows = [(None,) * (width + 2) + row for row in cursor.fetchall()]
         for row in rows:
             if row[width + 2] is not None:

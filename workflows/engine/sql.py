@@ -288,6 +288,20 @@ def _sqlite_datetime_to_db(value, db):
     return str(value)
 
 
+class Slot:
+    """A named parameter of a statement built once, bound at each call."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def bind(params: list, values: dict) -> list:
+    """`params` with each Slot replaced by its value in `values`."""
+    return [values[p.name] if isinstance(p, Slot) else p for p in params]
+
+
 class CompiledQuery:
     """A queryset compiled to SQL once per database, then run with new values: for the
     querysets every page runs (the inbox count), whose building cost more than running.
@@ -301,27 +315,18 @@ class CompiledQuery:
 
     def _sql(self) -> tuple[str, list]:
         if connection.vendor not in self._compiled:
-            sentinels = {name: -2_000_000_011 - i for i, name in enumerate(self.names)}
-            text, params = self.build(**sentinels).values("pk").query.sql_with_params()
-            slots = {value: name for name, value in sentinels.items()}
+            sentinels = {-2_000_000_011 - i: Slot(name) for i, name in enumerate(self.names)}
+            queryset = self.build(**{slot.name: value for value, slot in sentinels.items()})
+            text, params = queryset.values("pk").query.sql_with_params()
             self._compiled[connection.vendor] = (
-                text, [slots.get(p, _Constant(p)) if isinstance(p, int) else _Constant(p)
-                       for p in params])
+                text, [sentinels.get(p, p) if type(p) is int else p for p in params])
         return self._compiled[connection.vendor]
 
     def count(self, **values) -> int:
-        text, slots = self._sql()
-        params = [values[s] if isinstance(s, str) else s.value for s in slots]
+        text, params = self._sql()
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT COUNT(*) FROM ({text}) AS counted", params)
+            cursor.execute(f"SELECT COUNT(*) FROM ({text}) AS counted", bind(params, values))
             return cursor.fetchone()[0]
-
-
-class _Constant:
-    __slots__ = ("value",)
-
-    def __init__(self, value):
-        self.value = value
 
 
 def where(model: type[Model], q: Q) -> str:
