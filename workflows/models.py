@@ -283,6 +283,10 @@ class Step(HeldByProcess):
             models.Index(fields=["run", "index"],
                          condition=Q(kind="run", status="pending", waiting_on=0),
                          name="step_ready_idx"),
+            # Retries that fall due (the sweeper's check for runs left unscheduled).
+            models.Index(fields=["run", "index"],
+                         condition=Q(kind="run", status="retrying"),
+                         name="step_retrying_idx"),
         ]
 
     def __str__(self) -> str:

@@ -151,14 +151,16 @@ def rering_idle(now, limit: int) -> int:
     """Wake workers for runs that have had work for a while that no worker served: their
     doorbells look lost. A run with a ready step but no claim time gets it back first."""
     quiet = now - timedelta(seconds=2 * settings.TOLLGATE_SWEEP_SECONDS)
+    has_ready = Q()
+    for ready in engine.ready_filters(now):
+        has_ready |= Exists(Step.objects.filter(ready, run=OuterRef("pk")))
     unscheduled = (Run.objects.filter(status__in=[RunStatus.OPEN, RunStatus.RUNNING],
                                       claimable_at__isnull=True, updated_at__lt=quiet)
-                   .filter(Exists(Step.objects.filter(engine.ready_filter(now),
-                                                      run=OuterRef("pk"))))
+                   .filter(has_ready)
                    .exclude(Exists(Step.objects.filter(run=OuterRef("pk"),
                                                        status=StepStatus.FAILED,
                                                        continue_on_failure=False)))
-                   .values_list("pk", flat=True)[:limit])
+                   .order_by().values_list("pk", flat=True)[:limit])
     for run_id in list(unscheduled):
         try:
             engine.reschedule(run_id)

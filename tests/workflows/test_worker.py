@@ -196,3 +196,27 @@ def test_expired_lease_query_uses_the_partial_index(db):
             plan = query.explain()
             cursor.execute("RESET enable_seqscan")
         assert "step_running_lease_idx" in plan
+
+
+def test_sweeper_reschedules_runs_whose_ready_steps_lost_their_claim_time(db, settings,
+                                                                         monkeypatch):
+    """A run with a ready or due retrying step but no claim time (a crash between, or rows
+    from before claim times) is scheduled again; one held back by a failure is left alone."""
+    monkeypatch.setattr("workflows.dispatch.wake", lambda count, priority=1: None)
+    ready = engine.open_run(spec({"key": "a", "run": {"command": ["true"]}})).run
+    retrying = engine.open_run(spec({"key": "a", "max_retries": 2, "retry_backoff_seconds": 1,
+                                     "run": {"command": ["true"]}})).run
+    engine.start_step(retrying, "a")
+    engine.fail_step(retrying, "a")
+    held = engine.open_run(spec(*({"key": key, "run": {"command": ["true"]}}
+                                  for key in ("broken", "slow", "idle")))).run
+    for key in ("broken", "slow"):
+        engine.start_step(held, key)
+    engine.fail_step(held, "broken", retryable=False)  # "idle" is ready but held back
+    assert status(held)["run"] == "running"
+    long_ago = timezone.now() - timedelta(hours=1)
+    Run.objects.update(claimable_at=None, updated_at=long_ago)
+    sweeper.sweep(now=timezone.now() + timedelta(seconds=5))
+    scheduled = dict(Run.objects.values_list("pk", "claimable_at"))
+    assert scheduled[ready.pk] is not None and scheduled[retrying.pk] is not None
+    assert scheduled[held.pk] is None

@@ -18,7 +18,7 @@ from .errors import IllegalTransition, InvalidInput, NotFound, NotPermitted, Wor
 from .gates import approve, expire_gate, reject
 from .moves import require_operator
 from .rows import claimable_exists
-from .rules import RUN_HAS_HARD_FAILURE, next_move, ready_filter, ready_steps, retry_delay
+from .rules import RUN_HAS_HARD_FAILURE, next_move, ready_filters, ready_steps, retry_delay
 from .runs import Opened, add_steps, cancel_run, open_run
 from .steps import (
     AGENT_STATUSES,
@@ -49,7 +49,7 @@ __all__ = [
     "cancel_run", "claim_next", "claim_step", "claimable_exists", "compensations",
     "complete_step", "expire_gate", "expire_lease", "expire_leases", "expire_wait", "fail_step",
     "next_move",
-    "note_lease_overdue", "note_sweep_failure", "open_run", "ready_filter", "ready_steps",
+    "note_lease_overdue", "note_sweep_failure", "open_run", "ready_filters", "ready_steps",
     "record_child", "record_transition", "reject", "release_compensation", "renew_leases",
     "require_operator", "reschedule", "retry_delay", "retry_step", "skip_step", "start_step",
     "transition_committed",

@@ -61,11 +61,12 @@ def is_ready(step, now) -> bool:
         step.retry_after is None or step.retry_after <= now)
 
 
-def ready_filter(now) -> Q:
-    """Worker steps that may start at `now`, short of the run's state (is_ready in SQL)."""
+def ready_filters(now) -> tuple[Q, Q]:
+    """Worker steps that may start at `now`, short of the run's state (is_ready in SQL), as
+    its two ways: pending with nothing to wait for, and retrying and due. Queries test them
+    apart so that each is answered from its own partial index."""
     due = Q(retry_after__isnull=True) | Q(retry_after__lte=now)
-    return Q(kind=StepKind.RUN) & (
-        Q(status=StepStatus.PENDING, waiting_on=0) | Q(status=StepStatus.RETRYING) & due)
+    return PENDING_READY, Q(kind=StepKind.RUN, status=StepStatus.RETRYING) & due
 
 
 def ready_steps(run: Run, steps, now=None) -> list:
