@@ -714,7 +714,7 @@ def _or_skipped(value) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--backend", choices=["sqlite", "postgres"])
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=Path, help="where the figures go (var/bench.json)")
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     parser.add_argument("--only", choices=["sqlite", "postgres"])
     parser.add_argument("--sections", default=",".join(Bench.SECTIONS),
@@ -740,14 +740,15 @@ def main() -> None:
     report = {"generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "quick": args.quick,
               "sections": sections,
               "machine": {"cpus": os.cpu_count()}, "results": results}
-    (VAR / "bench.json").write_text(json.dumps(report, indent=2, default=str))
+    written = args.out or VAR / "bench.json"
+    written.write_text(json.dumps(report, indent=2, default=str))
     print(table(results))
     for r in results:
         peer = r.get("dbos", {})
         print(f"DBOS peer on {r['backend']}: " + (f"ran in {peer['interpreter']}"
                                                  if peer.get("interpreter") else
                                                  peer.get("skipped") or "skipped"))
-    print(f"\nwritten to {VAR / 'bench.json'}")
+    print(f"\nwritten to {written}")
 
 
 if __name__ == "__main__":
