@@ -51,6 +51,17 @@ def on_transition(sender, announcement: Announcement, **kwargs) -> None:
             post_webhooks(announcement.checkpoint_id, events)
 
 
+def _enqueue(what: str, task, *args, **kwargs) -> bool:
+    """Put a task on the queue. The queue being down must not undo a committed transition:
+    a failure is logged, saying what is lost and who makes up for it, and returns False."""
+    try:
+        task(*args, **kwargs)
+        return True
+    except Exception:
+        log.exception("Could not enqueue %s", what)
+        return False
+
+
 def wake(count: int, priority: int = 1) -> None:
     """Ring up to `count` doorbells (at most TOLLGATE_WAKE_LIMIT): each wakes a worker,
     which claims the next step any run has for it and keeps going while there is work, so
@@ -58,10 +69,7 @@ def wake(count: int, priority: int = 1) -> None:
     from .tasks import work
 
     for _ in range(min(count, settings.TOLLGATE_WAKE_LIMIT)):
-        try:
-            work(priority=priority)
-        except Exception:  # the queue being down must not undo a committed transition
-            log.exception("Could not ring a doorbell; the sweeper will ring again")
+        if not _enqueue("a doorbell; the sweeper will ring again", work, priority=priority):
             return
 
 
@@ -69,44 +77,35 @@ def wake_at(eta, priority: int = 1) -> None:
     """Ring a doorbell at `eta` (a scheduled retry)."""
     from .tasks import work
 
-    try:
-        work.schedule(eta=eta, priority=priority)
-    except Exception:
-        log.exception("Could not schedule a doorbell for %s; the sweeper will ring again", eta)
+    _enqueue(f"a doorbell for {eta}; the sweeper will ring again", work.schedule, eta=eta,
+             priority=priority)
 
 
 def compensate(run_id: int) -> None:
     from .tasks import compensate_run
 
-    try:
-        compensate_run(run_id)
-    except Exception:
-        log.exception("Could not enqueue compensation of run %s", run_id)
+    _enqueue(f"compensation of run {run_id}", compensate_run, run_id)
 
 
 def post_webhooks(checkpoint_id: int, events: list[tuple[str, str]]) -> None:
     from .tasks import plan_webhooks
 
-    try:
-        plan_webhooks(checkpoint_id, events)
-    except Exception:  # the periodic task posts what is due; planning waits for a retry
-        log.exception("Could not enqueue webhooks for checkpoint %s", checkpoint_id)
+    _enqueue(f"webhooks for checkpoint {checkpoint_id}; they will not be posted",
+             plan_webhooks, checkpoint_id, events)
 
 
 def deliver_webhook(delivery_id: int, eta=None) -> None:
     from .tasks import deliver_webhook as task
 
-    try:
-        task.schedule(args=(delivery_id,), eta=eta) if eta else task(delivery_id)
-    except Exception:
-        log.exception("Could not enqueue webhook delivery %s; the periodic task will post it",
-                      delivery_id)
+    what = f"webhook delivery {delivery_id}; the periodic task will post it"
+    if eta:
+        _enqueue(what, task.schedule, args=(delivery_id,), eta=eta)
+    else:
+        _enqueue(what, task, delivery_id)
 
 
 def notify(checkpoint_id: int, events: list[tuple[str, str]]) -> None:
     from .tasks import send_notifications
 
-    try:
-        send_notifications(checkpoint_id, events)
-    except Exception:
-        log.exception("Could not enqueue notifications for checkpoint %s", checkpoint_id)
+    _enqueue(f"notifications for checkpoint {checkpoint_id}; they will not be sent",
+             send_notifications, checkpoint_id, events)

@@ -44,7 +44,6 @@ class GateForm(forms.Form):
                                       if f"field_{name}" in self.fields})
 
 
-
 def gate_form(gate, data=None, errors: dict | None = None) -> GateForm | None:
     """The form a gate's approvers fill in, if its spec gives it one."""
     fields = (gate.config or {}).get("approval", {}).get("form")

@@ -220,3 +220,27 @@ def test_sweeper_reschedules_runs_whose_ready_steps_lost_their_claim_time(db, se
     scheduled = dict(Run.objects.values_list("pk", "claimable_at"))
     assert scheduled[ready.pk] is not None and scheduled[retrying.pk] is not None
     assert scheduled[held.pk] is None
+
+
+def test_a_queue_that_is_down_does_not_undo_the_transition(
+        db, settings, monkeypatch, caplog, django_capture_on_commit_callbacks):
+    """The doorbell fails after the commit: the run is open and claimable all the same (the
+    sweeper rings again), the failure is logged once, and no more doorbells are tried."""
+    from workflows import dispatch
+
+    tries = []
+
+    def down(*args, **kwargs):
+        tries.append(kwargs)
+        raise ConnectionError("queue down")
+
+    settings.TOLLGATE_DISPATCH = True
+    monkeypatch.setattr("workflows.tasks.work", down)
+    with (caplog.at_level("ERROR", logger=dispatch.log.name),
+          django_capture_on_commit_callbacks(execute=True)):
+        run = engine.open_run(spec(*({"key": key, "run": {"command": ["true"]}}
+                                     for key in ("a", "b", "c")))).run
+    assert Run.objects.get(pk=run.pk).claimable_at is not None
+    assert len(tries) == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "Could not enqueue a doorbell; the sweeper will ring again"]
