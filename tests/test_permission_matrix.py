@@ -100,6 +100,11 @@ EFFECTS = {
     "token_create": lambda w: ApiToken.objects.filter(name="made").exists(),
     "token_revoke": lambda w: ApiToken.objects.get(pk=w["token"].pk).revoked_at is not None,
     "goal_change": lambda w: Goal.objects.get(pk=w["goal"].pk).status == "completed",
+    "add_wait": lambda w: w["fresh"].steps.filter(key="added").exists(),
+    "add_command": lambda w: w["fresh"].steps.filter(key="added").exists(),
+    "add_shell": lambda w: w["fresh"].steps.filter(key="added").exists(),
+    "add_compensation": lambda w: w["fresh"].steps.filter(key="added").exists(),
+    "add_gate": lambda w: w["fresh"].steps.filter(key="added").exists(),
 }
 
 # Who may do it; everyone else is refused. (skip_gate: nobody, whoever asks.)
@@ -114,6 +119,22 @@ ALLOWED = {
     "start": {"requester", "operator", "superuser"},
     "load_spec": {"operator", "superuser"},
     "goal_change": {"superuser"},
+    # Steps added at run time: the run's requester (rita) or an operator, and for programs
+    # author_command_spec too (olga holds it, rita does not); a gate only an operator adds.
+    "add_wait": {"requester", "operator", "superuser"},
+    "add_command": {"operator", "superuser"},
+    "add_shell": {"operator", "superuser"},
+    "add_compensation": {"operator", "superuser"},
+    "add_gate": {"operator", "superuser"},
+}
+
+ADDED = {
+    "add_wait": {"key": "added"},
+    "add_command": {"key": "added", "run": {"command": ["id"]}},
+    "add_shell": {"key": "added", "run": {"shell": "id"}},
+    "add_compensation": {"key": "added", "run": {"callable": "workflows.callables.noop"},
+                         "compensation": {"shell": "id"}},
+    "add_gate": {"key": "added", "approval": {"group": "qa"}},
 }
 
 
@@ -147,6 +168,8 @@ def api_call(world, role, action):
         return client.patch(f"/api/goals/{world['goal'].pk}", {"status": "completed"},
                             content_type="application/json")
     gate, failed, fresh = world["gate"].pk, world["failed"].pk, world["fresh"].pk
+    if action in ADDED:
+        return post_json(client, f"/api/runs/{fresh}/steps", {"steps": [ADDED[action]]})
     url, body = {
         "approve": (f"/api/runs/{gate}/steps/qa/approve", {"comment": "ok"}),
         "reject": (f"/api/runs/{gate}/steps/qa/reject", {"comment": "no"}),
@@ -207,7 +230,8 @@ def test_htmx_press(world, action, role):
 
 
 @pytest.mark.parametrize("role", ROLES)
-@pytest.mark.parametrize("action", [*WEB_ACTIONS, "start", "load_spec", "goal_change"])
+@pytest.mark.parametrize("action", [*WEB_ACTIONS, "start", "load_spec", "goal_change",
+                                    *ADDED])
 def test_api(world, action, role):
     response = api_call(world, role, action)
     expect(world, action, role, response, denied=403)

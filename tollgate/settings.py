@@ -232,6 +232,8 @@ else:
 TOLLGATE_LEASE_SECONDS = float(os.environ.get("TOLLGATE_LEASE_SECONDS", "30"))
 TOLLGATE_SWEEP_SECONDS = int(os.environ.get("TOLLGATE_SWEEP_SECONDS", "10"))
 # Dotted paths a spec's `callable` may name; an entry ending in ".*" allows a whole module.
+# A run holds at most this many steps (a spec's and those added while it runs).
+TOLLGATE_MAX_STEPS_PER_RUN = int(os.environ.get("TOLLGATE_MAX_STEPS_PER_RUN", "1000"))
 TOLLGATE_CALLABLES = env_list("TOLLGATE_CALLABLES", "workflows.callables.*")
 # Extra environment variable names whose values are redacted from stored output.
 TOLLGATE_REDACT_ENV = env_list("TOLLGATE_REDACT_ENV")

@@ -267,6 +267,9 @@ def _validate_step(index: int, step) -> dict:
     if "compensation" in step:
         normal["compensation"] = _validate_action(f"{where} compensation", step["compensation"])
     if "when" in step:
+        if "approval" in step:
+            _fail(where, "a gate cannot have when: a gate is never skipped (put the condition "
+                         "on the work steps of the branch; the gate after them still waits)")
         normal["when"] = _validate_when(f"{where} when", step["when"])
     return normal
 
@@ -318,6 +321,9 @@ def validate_spec(data) -> dict:
     steps = data.get("steps")
     if not isinstance(steps, list) or not steps:
         raise SpecError("spec: has no steps")
+    if len(steps) > settings.TOLLGATE_MAX_STEPS_PER_RUN:
+        raise SpecError(f"spec: {len(steps)} steps; a run holds at most "
+                        f"{settings.TOLLGATE_MAX_STEPS_PER_RUN} (TOLLGATE_MAX_STEPS_PER_RUN)")
     normal_steps = []
     seen: set[str] = set()
     for index, step in enumerate(steps):
@@ -377,13 +383,21 @@ def require_author(actor, definition: dict) -> None:
 
     if not permissions.is_person(actor):
         return
-    name = actor.get_username() or "anonymous"
     if not permissions.has(actor, permissions.LOAD_SPECS):
-        raise NotPermitted(f"{name} may not load specs.")
-    if permissions.runs_programs(definition) and not permissions.has(
-            actor, permissions.AUTHOR_COMMANDS):
-        raise NotPermitted(f"{name} may not load a spec that runs commands or shell: that "
-                           "needs the author_command_spec permission.")
+        raise NotPermitted(f"{actor.get_username() or 'anonymous'} may not load specs.")
+    require_program_author(actor, definition)
+
+
+def require_program_author(actor, definition: dict) -> None:
+    """Steps that run programs on the workers (in a spec, or added to a run) need a person to
+    hold author_command_spec. The system (None or a name) may."""
+    from . import permissions
+    from .engine import NotPermitted
+
+    if permissions.is_person(actor) and permissions.runs_programs(definition) and not (
+            permissions.has(actor, permissions.AUTHOR_COMMANDS)):
+        raise NotPermitted(f"{actor.get_username() or 'anonymous'} may not add steps that run "
+                           "commands or shell: that needs the author_command_spec permission.")
 
 
 def store_spec(data, *, actor=None) -> tuple[WorkflowSpec, bool]:  # noqa: F821

@@ -35,20 +35,27 @@ from .recovery import recover_run
 
 
 def _dag_order(steps: list) -> list:
-    """Steps in dependency order, keeping spec order among peers."""
-    placed: set[str] = set()
-    ordered = []
-    pending = list(steps)
-    while pending:
-        progress = [s for s in pending if all(d in placed for d in s.depends_on)]
-        if not progress:  # cannot happen for validated specs; show the rest as they are
-            ordered.extend(pending)
-            break
-        for step in progress:
-            placed.add(step.key)
-            ordered.append(step)
-        pending = [s for s in pending if s.key not in placed]
-    return ordered
+    """Steps in dependency order, layer by layer (a step comes after all it depends on),
+    keeping spec order among peers. Linear in the steps and their edges."""
+    by_key = {s.key: s for s in steps}
+    waiting = {s.key: sum(1 for d in s.depends_on if d in by_key) for s in steps}
+    dependents: dict[str, list] = {}
+    for s in steps:
+        for dep in s.depends_on:
+            dependents.setdefault(dep, []).append(s)
+    layer = {}
+    queue = [s for s in steps if waiting[s.key] == 0]
+    for s in queue:
+        layer[s.key] = 0
+    for s in queue:  # grows while it is walked: Kahn's algorithm
+        for child in dependents.get(s.key, ()):
+            layer[child.key] = max(layer.get(child.key, 0), layer[s.key] + 1)
+            waiting[child.key] -= 1
+            if waiting[child.key] == 0:
+                queue.append(child)
+    placed = sorted(queue, key=lambda s: (layer[s.key], s.index))
+    # A cycle cannot pass validation; were there one, its steps show last, as they are.
+    return placed + [s for s in steps if waiting[s.key] > 0]
 
 
 TIMELINE_LATEST = 200

@@ -86,7 +86,8 @@ class TestRunsThatGrow:
         checkpoints = engine.add_steps(run, [
             {"key": "legal", "title": "Legal sign-off", "depends_on": ["draft"],
              "approval": {"group": "qa"}},
-            {"key": "tweet", "depends_on": ["legal"], "run": {"command": ["true"]}},
+            {"key": "tweet", "depends_on": ["legal"],
+             "run": {"callable": "workflows.callables.noop"}},
         ], actor=people["alice"])
         assert [c.kind for c in checkpoints] == ["step_added", "step_added"]
         legal = Step.objects.get(run=run, key="legal")
@@ -112,7 +113,7 @@ class TestRunsThatGrow:
 
     def test_through_the_api_with_the_requesters_right(self, review, people):
         run = engine.open_run(review, actor=people["alice"]).run
-        item = {"steps": [{"key": "extra", "run": {"command": ["true"]}}]}
+        item = {"steps": [{"key": "extra", "run": {"callable": "workflows.callables.noop"}}]}
         carol = ApiToken.objects.issue(people["carol"])[1]
         refused = Client(HTTP_AUTHORIZATION=f"Bearer {carol}").post(
             f"/api/runs/{run.pk}/steps", item, content_type="application/json")
@@ -125,7 +126,7 @@ class TestRunsThatGrow:
 
     def test_the_run_page_says_who_added_a_step(self, client, review, people):
         run = engine.open_run(review, actor=people["alice"]).run
-        engine.add_steps(run, [{"key": "extra", "run": {"command": ["true"]}}],
+        engine.add_steps(run, [{"key": "extra", "run": {"callable": "workflows.callables.noop"}}],
                          actor=people["alice"])
         client.force_login(people["dave"])
         body = client.get(f"/runs/{run.pk}/").content.decode()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -176,6 +177,19 @@ def _new_steps(run: Run, items: list[dict]) -> list[Step]:
     return steps
 
 
+def require_added_steps_allowed(actor, steps: list[dict]) -> None:
+    """Gates added at run time: an operator's alone, and never self-approvable (the
+    requester could otherwise add a gate and pass it herself)."""
+    for item in steps:
+        approval = item.get("approval")
+        if not approval:
+            continue
+        if approval.get("allow_self_approval"):
+            raise InvalidInput(f"step {item['key']!r}: a gate added to a running run cannot "
+                               "allow self-approval.")
+        require_operator(actor, f"add the gate {item['key']!r}")
+
+
 def _open_run_with_key(spec_name: str, key: str) -> Run | None:
     """The open run holding this key: of this spec first, else of any other spec."""
     runs = Run.objects.filter(idempotency_key=key, status__in=OPEN_RUN_STATUSES)
@@ -209,21 +223,34 @@ def cancel_run(run, *, actor=None, reason: str = "") -> Checkpoint | None:
 def add_steps(run, items, *, actor=None) -> list[Checkpoint]:
     """Add steps to an open run while it runs (one checkpoint each): validated like a spec's
     steps, keys unique in the run, dependencies only on steps that exist (or come earlier in
-    `items`), so the graph stays acyclic. An added step may be a gate."""
-    from ..specs import SpecError, validate_step
+    `items`), so the graph stays acyclic.
+
+    Added steps are authorised like a spec that contains them: steps or compensations that
+    run programs need author_command_spec; only an operator adds a gate, and an added gate
+    never allows self-approval. A run holds at most TOLLGATE_MAX_STEPS_PER_RUN steps."""
+    from ..specs import SpecError, require_program_author, validate_step
 
     if not isinstance(items, list) or not items:
         raise InvalidInput("steps must be a non-empty list of steps.")
+    cap = settings.TOLLGATE_MAX_STEPS_PER_RUN
+    if len(items) > cap:
+        raise InvalidInput(f"steps: {len(items)} steps given; a run holds at most {cap}.")
+    try:
+        normal = [validate_step(i, item) for i, item in enumerate(items)]
+    except SpecError as exc:
+        raise InvalidInput(str(exc)) from None
+    require_added_steps_allowed(actor, normal)
+    require_program_author(actor, {"steps": normal})
     with locked(run) as state:
         run = state.run
         require_requester_or_operator(actor, run, "add steps to")
         require_open(run, "add steps")
         existing = dict(Step.objects.filter(run=run).values_list("key", "status"))
+        if len(existing) + len(normal) > cap:
+            raise InvalidInput(f"steps: run {run.pk} has {len(existing)} steps; adding "
+                               f"{len(normal)} would pass the cap of {cap} "
+                               "(TOLLGATE_MAX_STEPS_PER_RUN).")
         known = set(existing)
-        try:
-            normal = [validate_step(i, item) for i, item in enumerate(items)]
-        except SpecError as exc:
-            raise InvalidInput(str(exc)) from None
         for item in normal:
             key = item["key"]
             if key in known:
