@@ -136,9 +136,9 @@ class TestApiInput:
 
     def test_non_finite_state_patch_from_python_is_refused(self, release_spec, people):
         run = engine.open_run(release_spec).run
+        engine.start_step(run, "build")
         with pytest.raises(engine.InvalidInput, match="state_patch.x: inf"):
-            engine.record_transition(run, "build", step_status="completed",
-                                     state_patch={"x": float("inf")})
+            engine.complete_step(run, "build", state_patch={"x": float("inf")})
         with pytest.raises(engine.InvalidInput, match="shared_state"):
             engine.open_run(release_spec, shared_state={"x": float("nan")})
 

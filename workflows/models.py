@@ -238,6 +238,9 @@ class Step(HeldByProcess):
     overdue_noted_at = models.DateTimeField(null=True, blank=True)
     # Who added the step while the run ran (empty for the spec's own steps).
     added_by = models.CharField(max_length=200, blank=True)
+    # Who reported the step's last summary and evidence through /transition (a wait step's
+    # reporter: pages show its words as theirs, never as a worker's).
+    reported_by = models.CharField(max_length=200, blank=True)
     last_summary = models.TextField(blank=True)
     last_evidence = models.JSONField(default=dict, blank=True)
     last_state_patch = models.JSONField(default=dict, blank=True)

@@ -266,7 +266,7 @@ def gate_evidence(gates: list) -> list:
     deps: dict[tuple[int, str], Step] = {
         (s.run_id, s.key): s for s in Step.objects.filter(wanted).only(
             "run_id", "key", "title", "status", "last_summary", "last_evidence",
-            "last_state_patch")}
+            "last_state_patch", "reported_by")}
     decided: dict[int, list[Approval]] = {}
     for approval in (Approval.objects.filter(step__in=[g.pk for g in gates])
                      .select_related("user").order_by("at")):
@@ -283,6 +283,7 @@ def gate_evidence(gates: list) -> list:
             lines = output.rstrip("\n").splitlines()
             gate.evidence.append({
                 "key": dep.key, "title": dep.title, "status": dep.status,
+                "reported_by": dep.reported_by,
                 "summary": dep.last_summary, "tail": "\n".join(lines[-OUTPUT_TAIL_LINES:]),
                 "output": output, "cut": len(lines) > OUTPUT_TAIL_LINES,
                 "state_keys": sorted((dep.last_state_patch or {}).keys())})

@@ -13,6 +13,7 @@ from workflows import engine
 from workflows.models import ApiToken, Run
 
 from ..conftest import RELEASE
+from tests.workflows.helpers import work
 
 pytestmark = pytest.mark.django_db
 
@@ -25,7 +26,7 @@ def run(api, release_spec):
 
 
 def gate_open(run):
-    engine.record_transition(run, "build", actor="ci", step_status="completed")
+    work(run, "build")
 
 
 class TestAuth:
@@ -179,29 +180,48 @@ class TestRuns:
         assert api["bob"].get("/api/runs/999/resume").status_code == 404
 
 
+@pytest.fixture
+def agent_run(api, db):
+    """A run whose first step waits for an agent's report."""
+    from workflows.specs import store_spec
+
+    store_spec({"name": "reviewed", "steps": [
+        {"key": "review", "title": "Agent review"},
+        {"key": "qa", "depends_on": ["review"], "approval": {"group": "qa"}},
+        {"key": "deploy", "depends_on": ["qa"], "run": {"callable": "workflows.callables.noop"}},
+    ]})
+    response = api["alice"].post("/api/runs", {"spec": "reviewed"})
+    return Run.objects.get(pk=response.json()["id"])
+
+
 class TestTransition:
-    def test_agent_performs_a_step_without_a_worker(self, api, run):
+    def test_agent_performs_a_wait_step(self, api, agent_run):
         agent = api["alice"]
-        url = f"/api/runs/{run.pk}/transition"
-        assert agent.post(url, {"step": "build", "step_status": "running",
-                                "summary": "compiling"}).status_code == 200
-        response = agent.post(url, {"step": "build", "step_status": "completed",
+        url = f"/api/runs/{agent_run.pk}/transition"
+        assert agent.post(url, {"step": "review", "step_status": "running",
+                                "summary": "reading"}).status_code == 200
+        response = agent.post(url, {"step": "review", "step_status": "completed",
                                     "evidence": {"log": "ok"}, "state_patch": {"sha": "abc"}})
         body = response.json()
-        assert body["checkpoint"]["kind"] == "transition" and body["checkpoint"]["step"] == "build"
+        assert body["checkpoint"]["kind"] == "transition"
+        assert body["checkpoint"]["step"] == "review"
+        assert body["checkpoint"]["actor"] == "alice"
         assert body["run"]["status"] == "waiting_approval"
         assert body["run"]["shared_state"] == {"sha": "abc"}
-        assert agent.get(f"/api/runs/{run.pk}/resume").json()["resume_state"] == \
+        assert agent.get(f"/api/runs/{agent_run.pk}/resume").json()["resume_state"] == \
             "waiting_approval"
 
-    def test_errors(self, api, run):
-        url = f"/api/runs/{run.pk}/transition"
+    def test_errors(self, api, run, agent_run):
         agent = api["alice"]
+        url = f"/api/runs/{agent_run.pk}/transition"
         assert agent.post(url, {"step": "nope", "step_status": "running"}).status_code == 404
-        assert agent.post(url, {"step": "build", "step_status": "done"}).status_code == 400
+        assert agent.post(url, {"step": "review", "step_status": "done"}).status_code == 400
         assert agent.post(url, {"step": "deploy", "step_status": "running"}).status_code == 409
         assert agent.post(url, {"step": "qa", "step_status": "completed"}).status_code == 409
-        assert agent.post(url, {"step": "build", "state_patch": "x"}).status_code == 400
+        assert agent.post(url, {"step": "review", "state_patch": "x"}).status_code == 400
+        worker_step = f"/api/runs/{run.pk}/transition"
+        assert agent.post(worker_step, {"step": "build", "step_status": "completed"}
+                          ).status_code == 409
         assert api["alice"].post("/api/runs/999/transition", {"step": "a"}).status_code == 404
 
 

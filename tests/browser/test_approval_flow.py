@@ -10,6 +10,7 @@ from workflows.models import Approval, Run
 from workflows.specs import store_spec
 
 from .conftest import SCREENSHOTS, login
+from tests.workflows.helpers import work
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -28,7 +29,7 @@ def waiting_run(people):
     goal = Goal.objects.create(title="Ship 2.0", owner=people["alice"])
     Goal.objects.create(title="Docs", parent=goal)
     run = engine.open_run("ship", actor=people["alice"], goal=goal, title="Ship 2.0").run
-    engine.record_transition(run, "build", actor="ci", step_status="completed",
+    work(run, "build",
                              summary="green")
     return run
 
@@ -161,7 +162,7 @@ def test_the_inbox_is_live(page, waiting_run, people):
 
 def test_bulk_approve_from_the_inbox(page, shoot, waiting_run, people):
     second = engine.open_run("ship", actor=people["alice"], title="Ship 2.1").run
-    engine.record_transition(second, "build", actor="ci", step_status="completed")
+    work(second, "build")
     login(page, "bob")
     for run in (waiting_run, second):
         page.check(f"#gate-{run.steps.get(key='qa').pk} input[name=gate]")

@@ -15,6 +15,7 @@ from goals.models import Goal
 from goals.progress import percentile, progress_report
 from workflows import engine
 from workflows.models import Approval, Run
+from tests.workflows.helpers import work
 
 pytestmark = pytest.mark.django_db
 
@@ -41,15 +42,15 @@ def known(release_spec, people):
     for _ in range(2):
         r = run(team)
         for key in ("build",):
-            engine.record_transition(r, key, step_status="completed")
+            work(r, key)
         engine.approve(r, "qa", user=people["bob"])
         engine.approve(r, "qa", user=people["carol"])
         for key in ("deploy", "notify"):
-            engine.record_transition(r, key, step_status="completed")
-    engine.record_transition(run(team), "build", step_status="failed")
-    engine.record_transition(run(elsewhere), "build", step_status="failed")
+            work(r, key)
+    work(run(team), "build", "failed")
+    work(run(elsewhere), "build", "failed")
     waiting = run(root)
-    engine.record_transition(waiting, "build", step_status="completed")
+    work(waiting, "build")
     # Hand-set waits: qa decisions took 10, 20, 30 and 100 seconds.
     for approval, seconds in zip(Approval.objects.order_by("pk"), [10, 20, 30, 100],
                                  strict=True):
@@ -108,7 +109,7 @@ def test_query_counts_hold_at_ten_thousand_goals(client, people, release_spec):
     root = Goal.objects.create(title="Company", owner=people["alice"])
     Goal.objects.create(title="Seed", parent=root, status="blocked", blocker_reason="x")
     run = engine.open_run(release_spec, goal=root).run
-    engine.record_transition(run, "build", step_status="completed")
+    work(run, "build")
     urls = ["/goals/", f"/goals/{root.pk}/", f"/goals/{root.pk}/children/",
             "/goals/progress/", f"/goals/{root.pk}/progress/"]
     small = [count(client, url) for url in urls]

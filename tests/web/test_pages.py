@@ -268,11 +268,11 @@ class TestQueryCounts:
 
     def test_run_page_is_constant_in_checkpoint_count(self, client, release_spec, people):
         as_user(client, people["bob"])
-        run = engine.open_run(release_spec, actor=people["alice"]).run
-        engine.record_transition(run, "build", step_status="running")
+        run = engine.open_run(waiting_spec(), actor=people["alice"]).run
+        engine.record_transition(run, "agent", step_status="running")
         small = count_queries(client, f"/runs/{run.pk}/")
         for i in range(150):
-            engine.record_transition(run, "build", summary=f"progress {i}")
+            engine.record_transition(run, "agent", summary=f"progress {i}")
         big = count_queries(client, f"/runs/{run.pk}/")
         assert small == big
         assert Checkpoint.objects.filter(run=run).count() == 152
@@ -281,10 +281,10 @@ class TestQueryCounts:
                                                        settings, monkeypatch):
         monkeypatch.setattr("workflows.views.TIMELINE_LATEST", 10)
         as_user(client, people["bob"])
-        run = engine.open_run(release_spec).run
-        engine.record_transition(run, "build", step_status="running")
+        run = engine.open_run(waiting_spec()).run
+        engine.record_transition(run, "agent", step_status="running")
         for i in range(30):
-            engine.record_transition(run, "build", summary=f"progress {i}")
+            engine.record_transition(run, "agent", summary=f"progress {i}")
         body = client.get(f"/runs/{run.pk}/").content.decode()
         assert "progress 29" in body and "progress 5<" not in body and "Show all 32" in body
         body = client.get(f"/runs/{run.pk}/?timeline=all").content.decode()
@@ -583,3 +583,10 @@ class TestBulkDecisions:
         body = response.content.decode()
         assert body.count("You rejected QA sign-off") == 3
         assert {r.status for r in Run.objects.all()} == {"failed"}
+
+
+def waiting_spec():
+    """A spec whose one step waits for an agent's reports."""
+    from workflows.specs import store_spec
+
+    return store_spec({"name": "agent-only", "steps": [{"key": "agent"}]})[0]

@@ -12,3 +12,16 @@ def kinds(run: Run) -> list[str]:
 def status(run: Run) -> dict[str, str]:
     run.refresh_from_db()
     return {"run": run.status, **{s.key: s.status for s in run.steps.order_by("index")}}
+
+
+def work(run: Run, key: str, outcome: str = "completed", *, summary: str = "", evidence=None,
+         state_patch=None, actor=None):
+    """Run a worker step as its worker would: start it, then complete or fail it for good."""
+    from workflows import engine
+
+    engine.start_step(run, key, actor=actor)
+    if outcome == "completed":
+        return engine.complete_step(run, key, actor=actor, summary=summary, evidence=evidence,
+                                    state_patch=state_patch)
+    return engine.fail_step(run, key, actor=actor, summary=summary, evidence=evidence,
+                            retryable=False)

@@ -355,43 +355,71 @@ class TestCancelAndSkip:
             engine.skip_step(run, "build", reason="r")
 
 
+AGENT_SPEC = {"name": "agent-work", "steps": [
+    {"key": "build", "title": "Build", "run": {"callable": "workflows.callables.noop"}},
+    {"key": "review", "title": "Agent review", "depends_on": ["build"]},
+    {"key": "qa", "depends_on": ["review"], "approval": {"group": "qa"}},
+]}
+
+
 class TestRecordTransition:
-    def test_agent_performs_a_step(self, run):
-        engine.record_transition(run, "build", actor="agent", step_status="running",
-                                 summary="compiling")
-        engine.record_transition(run, "build", actor="agent", summary="50%",
+    """/transition reports wait steps, the ones something outside performs."""
+
+    @pytest.fixture
+    def agent_run(self, db):
+        from workflows.specs import store_spec
+
+        run = engine.open_run(store_spec(AGENT_SPEC)[0]).run
+        finish_build(run)
+        return run
+
+    def test_agent_performs_a_wait_step(self, agent_run):
+        run = agent_run
+        engine.record_transition(run, "review", actor="agent", step_status="running",
+                                 summary="reading")
+        engine.record_transition(run, "review", actor="agent", summary="50%",
                                  state_patch={"progress": 50})
-        engine.record_transition(run, "build", actor="agent", step_status="completed",
+        engine.record_transition(run, "review", actor="agent", step_status="completed",
                                  evidence={"log": "ok"}, state_patch={"progress": 100})
         run.refresh_from_db()
         assert run.shared_state == {"progress": 100}
         assert status(run)["qa"] == "waiting_approval"
-        assert kinds(run) == ["run_opened", "transition", "transition", "transition"]
+        assert kinds(run)[-3:] == ["transition", "transition", "transition"]
+        assert run.steps.get(key="review").reported_by == "agent"
 
-    def test_blocked_step_blocks_run(self, run):
-        engine.record_transition(run, "build", step_status="blocked", summary="no creds")
+    def test_blocked_step_blocks_run(self, agent_run):
+        run = agent_run
+        engine.record_transition(run, "review", step_status="blocked", summary="no creds")
         run.refresh_from_db()
         assert run.status == "blocked" and "no creds" in run.next_action
-        engine.record_transition(run, "build", step_status="running")
+        engine.record_transition(run, "review", step_status="running")
         assert status(run)["run"] == "running"
 
-    def test_bad_status(self, run):
+    def test_bad_status(self, agent_run):
         with pytest.raises(engine.InvalidInput, match="step_status must be one of"):
-            engine.record_transition(run, "build", step_status="done")
+            engine.record_transition(agent_run, "review", step_status="done")
 
     def test_cannot_report_on_gate(self, run):
         with pytest.raises(engine.IllegalTransition, match="approvers decide it"):
             engine.record_transition(run, "qa", step_status="completed")
 
-    def test_cannot_report_on_worker_leased_step(self, run):
-        engine.start_step(run, "build", owner="w", lease_seconds=30)
-        with pytest.raises(engine.IllegalTransition, match="being run by a worker"):
-            engine.record_transition(run, "build", step_status="completed")
+    @pytest.mark.parametrize("leased", [False, True])
+    def test_cannot_report_on_a_worker_step_whoever_asks(self, run, people, leased):
+        if leased:
+            engine.start_step(run, "build", owner="w", lease_seconds=30)
+        for actor in (None, "ci", people["alice"]):
+            with pytest.raises(engine.IllegalTransition, match="is a worker step"):
+                engine.record_transition(run, "build", actor=actor, step_status="completed",
+                                         summary="scan passed", evidence={"exit_code": 0})
+        assert status(run)["build"] == ("running" if leased else "pending")
+        assert seqs(run) == ([1, 2] if leased else [1])
 
-    def test_state_patch_must_be_object(self, run):
+    def test_state_patch_must_be_object(self, agent_run):
+        before = seqs(agent_run)
         with pytest.raises(engine.InvalidInput, match="state_patch"):
-            engine.record_transition(run, "build", step_status="running", state_patch=[1])
-        assert seqs(run) == [1]
+            engine.record_transition(agent_run, "review", step_status="running",
+                                     state_patch=[1])
+        assert seqs(agent_run) == before
 
 
 class TestResume:

@@ -28,9 +28,11 @@ SPEC = {
         # Runs only when a completion patched x to 1 (the complete rule patches x, y, z).
         {"key": "f", "depends_on": ["a"], "when": {"state": "x", "equals": 1},
          "run": {"command": ["true"]}},
+        # A wait step: only reports move it (and the worker rules refuse it).
+        {"key": "w", "depends_on": ["b"]},
     ],
 }
-KEYS = st.sampled_from(["a", "b", "gate", "c", "d", "e", "f"])
+KEYS = st.sampled_from(["a", "b", "gate", "c", "d", "e", "f", "w"])
 TERMINAL = {"completed", "failed", "cancelled"}
 
 

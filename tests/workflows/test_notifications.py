@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core import mail
 
+from tests.workflows.helpers import work
 from workflows import engine, notifications
 from workflows.dispatch import notification_events
 from workflows.engine import Announcement
@@ -36,14 +37,14 @@ def test_gate_waiting_tells_the_group_but_not_the_requester(release_spec, people
     people["alice"].groups.add(people["bob"].groups.get())  # alice is in qa too
     run = engine.open_run(release_spec, actor=people["alice"]).run
     with django_capture_on_commit_callbacks(execute=True):
-        engine.record_transition(run, "build", step_status="completed")
+        work(run, "build")
     assert recipients("waits on qa") == {"bob@example.com", "carol@example.com"}
 
 
 def test_decision_and_failure_tell_the_requester(release_spec, people, sent,
                                                  django_capture_on_commit_callbacks):
     run = engine.open_run(release_spec, actor=people["alice"]).run
-    engine.record_transition(run, "build", step_status="completed")
+    work(run, "build")
     with django_capture_on_commit_callbacks(execute=True):
         engine.reject(run, "qa", user=people["bob"], comment="broken login")
     assert recipients("QA sign-off rejected") == {"alice@example.com"}
@@ -53,7 +54,7 @@ def test_decision_and_failure_tell_the_requester(release_spec, people, sent,
 
 def test_a_retried_task_never_sends_twice(release_spec, people):
     run = engine.open_run(release_spec, actor=people["alice"]).run
-    engine.record_transition(run, "build", step_status="completed")
+    work(run, "build")
     checkpoint = Checkpoint.objects.filter(run=run).last()
     events = notification_events(Announcement(run.pk, checkpoint, "waiting_approval", "open"))
     assert events == [("gate_waiting", "qa")]

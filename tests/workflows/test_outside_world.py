@@ -75,7 +75,7 @@ class TestWaitSteps:
         run = engine.open_run(review).run
         draft = Step.objects.get(run=run, key="draft")
         engine.claim_step(draft.pk, owner="worker-1", lease_seconds=30)
-        with pytest.raises(engine.IllegalTransition, match="being run by a worker"):
+        with pytest.raises(engine.IllegalTransition, match="is a worker step"):
             engine.record_transition(run, "draft", step_status="completed")
 
 

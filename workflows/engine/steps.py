@@ -28,7 +28,7 @@ from .moves import (
     require_requester_or_operator,
     set_holder,
 )
-from .rows import RunState, load, locked, next_claimable_run
+from .rows import RunState, actor_of, load, locked, next_claimable_run
 from .rules import at_capacity, claimable_at, hard_failure, may_report, may_start, retry_delay
 
 
@@ -332,7 +332,8 @@ AGENT_STATUSES = (StepStatus.RUNNING, StepStatus.COMPLETED, StepStatus.FAILED, S
 
 def record_transition(run, key: str, *, actor=None, step_status: str | None = None,
                       summary: str = "", evidence=None, state_patch=None) -> Checkpoint:
-    """An agent reports progress on a step it performs itself (no worker involved)."""
+    """An agent reports progress on a wait step, one it performs itself. Worker steps and
+    gates are refused (409) whoever asks: their workers and approvers move them."""
     if step_status not in (None, "", *AGENT_STATUSES):
         raise InvalidInput(f"step_status must be one of {', '.join(map(str, AGENT_STATUSES))}, "
                            f"got {step_status!r}.")
@@ -346,6 +347,9 @@ def record_transition(run, key: str, *, actor=None, step_status: str | None = No
         require_open(run, f"report on {key}")
         if step.kind == StepKind.APPROVAL:
             raise IllegalTransition(f"{key} is an approval gate; approvers decide it.")
+        if step.kind != StepKind.WAIT:
+            raise IllegalTransition(f"{key} is a worker step: only its worker reports it "
+                                    "(an operator may skip it).")
         now = timezone.now()
         ready = may_report(run, step, now, held_back=state.hard_failure() is not None)
         current = step.status
@@ -378,6 +382,7 @@ def record_transition(run, key: str, *, actor=None, step_status: str | None = No
                 close_gate(step)  # a wait step's timeout no longer applies
         patch = merge_state(run, state_patch)
         step.last_summary = summary or step.last_summary
+        step.reported_by = actor_of(actor)[1][:200]
         if evidence:
             step.last_evidence = evidence
         if patch:

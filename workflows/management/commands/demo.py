@@ -86,43 +86,46 @@ class Command(BaseCommand):
 
     def _runs(self, users, specs, goals) -> None:
         alice, bob, carol = users["alice"], users["bob"], users["carol"]
-        agent = "demo agent"
+        worker = "demo worker"
+
+        def work(run, key, outcome="completed", **reported):
+            """A step as a worker runs it: started, then completed or failed for good."""
+            engine.start_step(run, key, actor=worker)
+            if outcome == "completed":
+                engine.complete_step(run, key, actor=worker, **reported)
+            else:
+                engine.fail_step(run, key, actor=worker, retryable=False, **reported)
 
         def open_(key, spec="release", goal="release", **kw):
             return engine.open_run(spec, actor=alice, goal=goals[goal],
                                    idempotency_key=f"demo-{key}", **kw).run
 
         run = open_("completed", title="Release 0.9")
-        engine.record_transition(run, "build", actor=agent, step_status="completed",
-                                 summary="Built in 3m", state_patch={"artifact": "0.9.tar.gz"})
+        work(run, "build", summary="Built in 3m", state_patch={"artifact": "0.9.tar.gz"})
         engine.approve(run, "qa", user=bob, comment="Smoke tests pass")
         engine.approve(run, "qa", user=carol)
-        engine.record_transition(run, "deploy", actor=agent, step_status="completed")
-        engine.record_transition(run, "notify", actor=agent, step_status="completed")
+        work(run, "deploy")
+        work(run, "notify")
 
         run = open_("waiting", title="Release 1.0-rc1")
-        engine.record_transition(run, "build", actor=agent, step_status="completed",
-                                 summary="Built", evidence={"log": "all green"})
+        work(run, "build", summary="Built", evidence={"log": "all green"})
         engine.approve(run, "qa", user=bob, comment="Looks good to me")
 
         run = open_("failed", title="Release 1.0-rc0")
-        engine.record_transition(run, "build", actor=agent, step_status="failed",
-                                 summary="Compiler error in engine.py")
+        work(run, "build", "failed", summary="Compiler error in engine.py")
 
         run = open_("cancelled", title="Release 0.8-hotfix")
         engine.cancel_run(run, actor=alice, reason="Superseded by 0.9")
 
         run = open_("running", "onboarding", "onboarding", title="Onboard Erin")
-        engine.record_transition(run, "accounts", actor=agent, step_status="running",
-                                 summary="Creating accounts")
+        engine.start_step(run, "accounts", actor=worker)
 
         run = open_("blocked", "data-release", "data", title="November data release")
-        engine.record_transition(run, "extract", actor=agent, step_status="blocked",
+        engine.record_transition(run, "snapshot", actor="warehouse job", step_status="blocked",
                                  summary="Warehouse credentials expired")
 
         open_("open", "data-release", "data", title="December data release")
 
         run = open_("form", "rollout", title="Roll out release 3.1")
-        engine.record_transition(run, "build", actor=agent, step_status="completed",
-                                 summary="Built and tested",
-                                 evidence={"stdout": "built release 3.1\n12 tests passed\n"})
+        work(run, "build", summary="Built and tested",
+             evidence={"stdout": "built release 3.1\n12 tests passed\n"})

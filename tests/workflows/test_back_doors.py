@@ -1,0 +1,70 @@
+"""Each way around the front doors that was found, shut: one test per reproduction."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from workflows import engine
+from workflows.models import ApiToken, Run, Step
+from workflows.specs import store_spec
+
+from ..conftest import make_user
+from .helpers import work
+
+pytestmark = pytest.mark.django_db
+
+SCAN = {"name": "scanned", "steps": [
+    {"key": "scan", "title": "Security scan", "run": {"callable": "workflows.callables.noop"}},
+    {"key": "agent", "title": "Agent review", "depends_on": ["scan"]},
+    {"key": "ship", "title": "Ship it", "depends_on": ["agent"], "approval": {"group": "qa"}},
+]}
+
+
+@pytest.fixture
+def rita(db):
+    return make_user("rita", perms=("add_run",))
+
+
+def api(user) -> Client:
+    return Client(HTTP_AUTHORIZATION=f"Bearer {ApiToken.objects.issue(user, 't')[1]}")
+
+
+class TestTransitionReportsOnlyWaitSteps:
+    @pytest.mark.parametrize("key", ["scan", "ship"])
+    def test_a_worker_step_or_gate_answers_409_with_nothing_recorded(self, rita, key):
+        run = engine.open_run(store_spec(SCAN)[0], actor=rita).run
+        response = api(rita).post(f"/api/runs/{run.pk}/transition", {
+            "step": key, "step_status": "completed", "summary": "scan passed",
+            "evidence": {"exit_code": 0, "stdout": "0 findings"}},
+            content_type="application/json")
+        assert response.status_code == 409, response.content
+        step = Step.objects.get(run=run, key=key)
+        assert step.status == "pending" and step.last_summary == ""
+        assert Run.objects.get(pk=run.pk).checkpoint_seq == 1
+
+    def test_an_operator_is_refused_too_and_skips_instead(self, rita):
+        olga = make_user("olga", perms=("operate_run",))
+        run = engine.open_run(store_spec(SCAN)[0], actor=rita).run
+        refused = api(olga).post(f"/api/runs/{run.pk}/transition", {
+            "step": "scan", "step_status": "completed"}, content_type="application/json")
+        assert refused.status_code == 409
+        skipped = api(olga).post(f"/api/runs/{run.pk}/steps/scan/skip", {"reason": "by hand"},
+                                 content_type="application/json")
+        assert skipped.status_code == 200
+        assert Step.objects.get(run=run, key="scan").status == "skipped"
+
+    def test_what_an_agent_reports_is_shown_as_its_own(self, rita, client):
+        bob = make_user("bob", "qa")
+        run = engine.open_run(store_spec(SCAN)[0], actor=rita).run
+        work(run, "scan", summary="workflows.callables.noop returned")
+        response = api(rita).post(f"/api/runs/{run.pk}/transition", {
+            "step": "agent", "step_status": "completed", "summary": "Looks fine to me",
+            "evidence": {"stdout": "reviewed 3 files"}}, content_type="application/json")
+        assert response.status_code == 200
+        client.force_login(bob)
+        card = client.get("/").content.decode()
+        assert "reported by <b>rita</b>, not run by a worker" in card
+        assert "Looks fine to me" in card
+        page = client.get(f"/runs/{run.pk}/").content.decode()
+        assert "last reported by rita" in page
