@@ -9,11 +9,11 @@ from django.test import Client
 from django.utils import timezone
 
 from goals.models import Goal
+from tests.workflows.helpers import work
 from workflows import engine
 from workflows.models import ApiToken, Run
 
 from ..conftest import RELEASE
-from tests.workflows.helpers import work
 
 pytestmark = pytest.mark.django_db
 

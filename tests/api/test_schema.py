@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
-from tollgate.wsgi import application
 from tests.workflows.helpers import work
+from tollgate.wsgi import application
 
 schema = schemathesis.openapi.from_wsgi("/api/openapi.json", application)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.workflows.helpers import work
 from workflows import engine, links
 from workflows.models import Approval, Run
 from workflows.specs import store_spec
 
 from .conftest import login
-from tests.workflows.helpers import work
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -13,9 +13,9 @@ from django.utils import timezone
 
 from goals.models import Goal
 from goals.progress import percentile, progress_report
+from tests.workflows.helpers import work
 from workflows import engine
 from workflows.models import Approval, Run
-from tests.workflows.helpers import work
 
 pytestmark = pytest.mark.django_db
 
