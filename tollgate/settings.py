@@ -26,17 +26,25 @@ def env_list(name: str, default: str = "") -> list[str]:
 
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = os.environ.get("SECRET_KEY") or (
-    "insecure-development-key-set-SECRET_KEY-in-production" if DEBUG else None
-)
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
-    # Without DEBUG a real key is required; the embedded default keeps one under var/.
+    # The embedded default, DEBUG or not, keeps a generated key under var/ (readable by its
+    # owner only): a fixed key would let anyone mint sessions and decision links.
     key_file = VAR_DIR / "secret_key"
     if not key_file.exists():
         import secrets
+        import tempfile
 
-        key_file.write_text(secrets.token_urlsafe(50))
-        key_file.chmod(0o600)
+        # Written whole, then linked into place: processes starting at once agree on one key.
+        descriptor, draft = tempfile.mkstemp(dir=VAR_DIR)  # mode 0600
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(secrets.token_urlsafe(50))
+        try:
+            os.link(draft, key_file)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(draft)
     SECRET_KEY = key_file.read_text().strip()
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost")
@@ -239,6 +247,12 @@ TOLLGATE_CALLABLES = env_list("TOLLGATE_CALLABLES", "workflows.callables.*")
 TOLLGATE_REDACT_ENV = env_list("TOLLGATE_REDACT_ENV")
 # Commands and shell steps get a clean environment: these variables of the worker's (when
 # set), then the spec's `env`. Nothing else of the worker's leaks into a step.
+# Secrets a spec names ({"secret": "deploy"} as an env value) are read on the worker from
+# TOLLGATE_SECRET_<NAME> in its environment, or from a file named NAME in this directory.
+TOLLGATE_SECRETS_DIR = os.environ.get("TOLLGATE_SECRETS_DIR", "")
+# Run commands as this operating-system user (the worker must be root or hold CAP_SETUID), so
+# a command cannot read the worker's memory, environment or files. Empty: the worker's user.
+TOLLGATE_COMMAND_USER = os.environ.get("TOLLGATE_COMMAND_USER", "")
 TOLLGATE_COMMAND_ENV = env_list("TOLLGATE_COMMAND_ENV", "PATH,HOME,LANG,LC_ALL,TZ,TMPDIR")
 TOLLGATE_OUTPUT_CAP = int(os.environ.get("TOLLGATE_OUTPUT_CAP", str(64 * 1024)))
 # Ring doorbells on Huey for newly ready steps after each transition commits.

@@ -16,7 +16,8 @@ from .models import (
     WebhookDelivery,
     WorkflowSpec,
 )
-from .specs import SpecError, require_author, store_spec, validate_spec
+from .permissions import can_change_specs
+from .specs import SpecError, masked, require_author, store_spec, validate_spec
 
 
 class SpecForm(forms.ModelForm):
@@ -74,11 +75,18 @@ class WorkflowSpecAdmin(admin.ModelAdmin):
     def get_fields(self, request, obj=None):
         return ["name", "definition"] if obj is None else self.get_readonly_fields(request, obj)
 
+    def get_object(self, request, object_id, from_field=None):
+        obj = super().get_object(request, object_id, from_field)
+        if obj is not None:  # inline env values in clear only for those who may change specs
+            obj.reveal_env = can_change_specs(request.user)
+        return obj
+
     @admin.display(description="definition")
     def pretty_definition(self, obj):
         from django.utils.html import format_html
 
-        return format_html("<pre>{}</pre>", json.dumps(obj.definition, indent=2))
+        shown = obj.definition if getattr(obj, "reveal_env", False) else masked(obj.definition)
+        return format_html("<pre>{}</pre>", json.dumps(shown, indent=2))
 
     def save_model(self, request, obj, form, change):
         spec, created = store_spec(form.cleaned_data["definition"], actor=request.user)

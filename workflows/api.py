@@ -16,6 +16,7 @@ from tollgate.query import MAX_ID
 
 from . import engine, selectors
 from .models import Checkpoint, Run, RunStatus, SpecStatus, StepStatus
+from .permissions import can_change_specs
 from .recovery import recover_run
 from .selectors import resume_state
 from .specs import SpecError, set_spec_status, store_spec
@@ -204,7 +205,7 @@ def list_specs(request):
 @router.get("/specs/{name}", response={200: SpecDetail, 400: Error, 401: Error, 404: Error},
             summary="A spec's versions, definitions and runs per version")
 def get_spec(request, name: Annotated[str, Path(min_length=1, max_length=100)]):
-    detail = selectors.spec_detail(name)
+    detail = selectors.spec_detail(name, reveal=can_change_specs(request.user))
     if detail is None:
         raise Http404(f"No spec named {name!r}.")
     return detail
@@ -221,7 +222,7 @@ SPEC_STATUS_FOR = {"archive": SpecStatus.ARCHIVED, "activate": SpecStatus.ACTIVE
 def change_spec_status(request, name: SpecName, action: Literal["archive", "activate"],
                        payload: SpecStatusIn):
     set_spec_status(name, payload.version, SPEC_STATUS_FOR[action], actor=request.user)
-    return selectors.spec_detail(name)
+    return selectors.spec_detail(name, reveal=can_change_specs(request.user))
 
 
 @router.post("/specs", response={201: SpecOut, 400: Error, 401: Error, 403: Error},

@@ -23,3 +23,24 @@ def base_url(app_configs, **kwargs):
                         hint="Serve Tollgate over HTTPS and set an https:// base URL.",
                         id="tollgate.W001")]
     return []
+
+
+@register()
+def command_user(app_configs, **kwargs):
+    """Commands run as TOLLGATE_COMMAND_USER must find that account on this machine."""
+    name = settings.TOLLGATE_COMMAND_USER
+    if not name:
+        return []
+    import os
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return [Error(f"TOLLGATE_COMMAND_USER {name!r} is not an account on this machine.",
+                      id="tollgate.E002")]
+    if os.geteuid() != 0:
+        return [Warning("TOLLGATE_COMMAND_USER is set but this process is not root: a worker "
+                        "needs root (or CAP_SETUID and CAP_SETGID) to run commands as another "
+                        "account.", id="tollgate.W002")]
+    return []

@@ -96,13 +96,53 @@ def redact(text: str, secrets: list[str]) -> str:
     return text
 
 
-def command_env(action: dict, context: dict, state_file: Path, patch_file: Path) -> dict:
-    """A clean environment: allow-listed worker variables, the spec's env, Tollgate's own."""
+class MissingSecret(Exception):
+    """A spec names a secret this worker cannot find."""
+
+
+def secret_value(name: str) -> str:
+    """A named secret, from the worker's environment (TOLLGATE_SECRET_<NAME>) or a file
+    named NAME in TOLLGATE_SECRETS_DIR: sources the operator controls, read on the worker."""
+    variable = "TOLLGATE_SECRET_" + "".join(c if c.isalnum() else "_" for c in name).upper()
+    if variable in os.environ:
+        return os.environ[variable]
+    folder = settings.TOLLGATE_SECRETS_DIR
+    if folder:
+        try:
+            return (Path(folder) / name).read_text().rstrip("\n")
+        except (OSError, UnicodeDecodeError):
+            pass
+    raise MissingSecret(f"Secret {name!r} is not set on this worker ({variable}, or a file "
+                        f"named {name} in TOLLGATE_SECRETS_DIR)")
+
+
+def resolved_env(action: dict) -> dict[str, str]:
+    """The spec's env with each {"secret": NAME} replaced by its value (MissingSecret)."""
+    return {name: secret_value(value["secret"]) if isinstance(value, dict) else value
+            for name, value in (action.get("env") or {}).items()}
+
+
+def redact_value(value, secrets: list[str]):
+    """A JSON value with every secret in its strings (keys included) redacted."""
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        return {redact(k, secrets): redact_value(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_value(v, secrets) for v in value]
+    return value
+
+
+def command_env(action: dict, context: dict, state_file: Path, patch_file: Path,
+                env: dict[str, str] | None = None) -> dict:
+    """A clean environment: allow-listed worker variables, the spec's env (secrets resolved),
+    Tollgate's own."""
     base = {name: os.environ[name] for name in settings.TOLLGATE_COMMAND_ENV
             if name in os.environ}
     params = {env_name(name): value if isinstance(value, str) else json.dumps(value)
               for name, value in (context.get("params") or {}).items()}
-    return {**base, **action.get("env", {}), **params,
+    env = resolved_env(action) if env is None else env
+    return {**base, **env, **params,
             "TOLLGATE_RUN_ID": str(context["run_id"]),
             "TOLLGATE_STEP_KEY": context["step_key"],
             "TOLLGATE_ATTEMPT": str(context["attempt"]),
@@ -149,24 +189,47 @@ def run_process(action: dict, *, context: dict, shared_state: dict, stop: thread
     """
     grace = settings.TOLLGATE_KILL_GRACE_SECONDS if grace is None else grace
     cap = settings.TOLLGATE_OUTPUT_CAP
+    try:
+        env = resolved_env(action)
+    except MissingSecret as exc:
+        return Outcome(False, str(exc))
+    try:
+        user = command_user()
+    except KeyError:
+        return Outcome(False, f"TOLLGATE_COMMAND_USER {settings.TOLLGATE_COMMAND_USER!r} is "
+                              "not an account on this worker")
     with tempfile.TemporaryDirectory(prefix="tollgate-") as tmp:
         work = Path(tmp)
-        state_file, patch_file = work / "state.json", work / "state_patch.json"
+        # The command's own files live in io/; the supervisor's (spec, child, result) stay
+        # in the worker's folder, out of reach of a command run as another user.
+        io = work / "io"
+        io.mkdir(mode=0o700)
+        state_file, patch_file = io / "state.json", io / "state_patch.json"
         # The run's shared state, and its params (read-only) under "params" when it has any.
         params = context.get("params")
         state_file.write_text(json.dumps({**shared_state, "params": params} if params
                                          else shared_state))
-        secrets = secret_values(action.get("env", {}))
+        secrets = secret_values(env)
         argv = ["/bin/sh", "-c", action["shell"]] if "shell" in action else action["command"]
-        (work / "spec.json").write_text(json.dumps({
-            "argv": argv, "cwd": action.get("cwd") or None,
-            "env": command_env(action, context, state_file, patch_file)}))
+        clean = command_env(action, context, state_file, patch_file, env)
+        if user:
+            os.chmod(work, 0o711)  # the command may pass through to io/, not list or read
+            for path in (io, state_file):
+                os.chown(path, user.pw_uid, user.pw_gid)
+            home = user.pw_dir if os.path.isdir(user.pw_dir) else str(io)
+            clean.update(HOME=home, USER=user.pw_name, LOGNAME=user.pw_name)
+        descriptor = os.open(work / "spec.json", os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            json.dump({"argv": argv, "cwd": action.get("cwd") or (str(io) if user else None),
+                       "env": clean, "user": user.pw_name if user else None}, handle)
         lifeline, keep = os.pipe()
         try:
+            # The supervisor starts with the command's clean environment, not the worker's:
+            # a command can read its parent's /proc/PID/environ.
             supervisor = subprocess.Popen(
                 [sys.executable, "-I", str(SUPERVISOR), str(lifeline), tmp, str(grace)],
                 pass_fds=(lifeline,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True)
+                stderr=subprocess.DEVNULL, start_new_session=True, env=clean)
         finally:
             os.close(lifeline)
         try:
@@ -199,15 +262,54 @@ def run_process(action: dict, *, context: dict, shared_state: dict, stop: thread
             how = (f"signal {result['signal']}" if result.get("signal")
                    else f"status {result.get('exit_code')}")
             return Outcome(False, f"Exited with {how}", evidence)
-        patch = {}
-        if patch_file.exists() and patch_file.read_text().strip():
-            try:
-                patch = json.loads(patch_file.read_text())
-            except json.JSONDecodeError as exc:
-                return Outcome(False, f"State patch file is not valid JSON: {exc}", evidence)
-            if not isinstance(patch, dict):
-                return Outcome(False, "State patch file must hold a JSON object", evidence)
-        return Outcome(True, "Exited with status 0", evidence, patch)
+        patch, problem = read_patch(patch_file)
+        if problem:
+            return Outcome(False, problem, evidence)
+        return Outcome(True, "Exited with status 0", evidence, redact_value(patch, secrets))
+
+
+PATCH_CAP = 1 << 20
+
+
+def read_patch(path: Path) -> tuple[dict, str]:
+    """(the state patch a command wrote, or a sentence saying why it cannot be used)."""
+    try:
+        if path.is_symlink():
+            return {}, "State patch file is a symbolic link; write a plain file"
+        data = path.read_bytes()[:PATCH_CAP + 1]
+    except FileNotFoundError:
+        return {}, ""
+    except OSError as exc:
+        return {}, f"State patch file cannot be read: {exc.strerror or exc}"
+    if not data.strip():
+        return {}, ""
+    if len(data) > PATCH_CAP:
+        return {}, f"State patch file is larger than {PATCH_CAP} bytes"
+    try:
+        patch = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        return {}, f"State patch file is not UTF-8 (byte {exc.start})"
+    except (json.JSONDecodeError, RecursionError) as exc:
+        return {}, f"State patch file is not valid JSON: {exc}"
+    if not isinstance(patch, dict):
+        return {}, "State patch file must hold a JSON object"
+    from .values import BadValue, check_json
+
+    try:
+        check_json(patch, "state patch")
+    except BadValue as exc:
+        return {}, f"State patch file: {exc}"
+    return patch, ""
+
+
+def command_user():
+    """The account commands run as (TOLLGATE_COMMAND_USER), or None for the worker's own."""
+    name = settings.TOLLGATE_COMMAND_USER
+    if not name:
+        return None
+    import pwd
+
+    return pwd.getpwnam(name)
 
 
 STOP_SUMMARIES = {
@@ -249,12 +351,13 @@ def run_callable(action: dict, *, context: dict, shared_state: dict) -> Outcome:
         result = func({"params": {}, **context, "shared_state": dict(shared_state),
                        "config": action})
     except Exception as exc:
-        secrets = secret_values(action.get("env", {}))  # only when there is output to redact
+        secrets = secret_values({})  # only when there is output to redact
         return Outcome(False, redact(f"{type(exc).__name__}: {exc}", secrets),
                        {"traceback": redact(traceback.format_exc(limit=8), secrets)})
     if result is not None and not isinstance(result, dict):
         return Outcome(False, f"{path} returned {type(result).__name__}, not a dict or None")
-    return Outcome(True, f"{path} returned", {}, result or {})
+    return Outcome(True, f"{path} returned", {},
+                   redact_value(result, secret_values({})) if result else {})
 
 
 def execute(action: dict, *, context: dict, shared_state: dict, stop: threading.Event,

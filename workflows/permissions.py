@@ -124,6 +124,11 @@ def runs_programs(definition: dict) -> bool:
     return False
 
 
+def can_change_specs(user) -> bool:
+    """Change specs, and so read their inline env values in clear."""
+    return has(user, "workflows.change_workflowspec")
+
+
 def can_export_audit(user) -> bool:
     """Staff and managers (workflows.export_audit) may export every decision."""
     return bool(user.is_authenticated and (user.is_staff or user.has_perm(

@@ -22,6 +22,7 @@ from .models import (
     WorkflowSpec,
 )
 from .permissions import decidable_by
+from .specs import masked
 
 
 def _decidable_by_user_id(user):
@@ -164,8 +165,9 @@ def active_specs() -> list[dict]:
             for spec in active]
 
 
-def spec_detail(name: str) -> dict | None:
-    """A spec's versions, newest first, each with its definition and how many runs it has."""
+def spec_detail(name: str, *, reveal: bool = False) -> dict | None:
+    """A spec's versions, newest first, each with its definition and how many runs it has.
+    Inline env values are masked unless `reveal` (for those who may change specs)."""
     versions = list(WorkflowSpec.objects.filter(name=name).annotate(run_count=Count("runs"))
                     .order_by("-version"))
     if not versions:
@@ -173,7 +175,8 @@ def spec_detail(name: str) -> dict | None:
     active = next((v.version for v in versions if v.status == SpecStatus.ACTIVE), None)
     return {"name": name, "active_version": active, "versions": [
         {"version": v.version, "status": v.status, "created_at": v.created_at,
-         "runs": v.run_count, "definition": v.definition} for v in versions]}
+         "runs": v.run_count, "definition": v.definition if reveal else masked(v.definition)}
+        for v in versions]}
 
 
 TIMELINE_COLUMNS = ["seq", "at", "kind", "step", "actor", "run_status", "step_status",

@@ -33,6 +33,7 @@ WHEN_SOURCES = ("state", "params")
 WHEN_TESTS = ("equals", "not_equals", "in", "exists")
 WHEN_PATH = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+){0,9}$")
 BACKOFF_KINDS = {"fixed", "exponential"}
+SECRET_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
 class SpecError(ValueError):
@@ -144,12 +145,41 @@ def _validate_action(where: str, action) -> dict:
     _number(where, action, "timeout_seconds", positive=True)
     if "cwd" in action and not isinstance(action["cwd"], str):
         _fail(where, "cwd must be a string")
-    if "env" in action and (
-        not isinstance(action["env"], dict)
-        or not all(isinstance(k, str) and isinstance(v, str) for k, v in action["env"].items())
-    ):
-        _fail(where, "env must map names to string values")
+    if "env" in action:
+        env = action["env"]
+        if not isinstance(env, dict) or not all(isinstance(k, str) for k in env):
+            _fail(where, 'env must map names to strings or {"secret": NAME}')
+        for name, value in env.items():
+            if isinstance(value, dict):
+                if set(value) != {"secret"} or not isinstance(value["secret"], str) or (
+                        not SECRET_NAME.match(value["secret"])):
+                    _fail(f"{where} env {name}", 'a secret is {"secret": NAME}, NAME being 1 to '
+                          "100 letters, digits, '-', '_' or '.'")
+            elif not isinstance(value, str):
+                _fail(f"{where} env {name}", 'must be a string or {"secret": NAME}')
     return action
+
+
+MASKED = "[masked]"
+
+
+def masked(definition: dict) -> dict:
+    """The spec (or step) with every inline env value masked; secrets stay named. What a
+    person without change_workflowspec is shown."""
+    def action(block):
+        if not isinstance(block, dict) or not isinstance(block.get("env"), dict):
+            return block
+        return {**block, "env": {name: value if isinstance(value, dict) else MASKED
+                                 for name, value in block["env"].items()}}
+
+    def step(item):
+        if not isinstance(item, dict):
+            return item
+        return {**item, **{k: action(item[k]) for k in ("run", "compensation") if k in item}}
+
+    if "steps" in definition:
+        return {**definition, "steps": [step(item) for item in definition["steps"]]}
+    return step(definition)
 
 
 def _validate_approval(where: str, approval) -> dict:

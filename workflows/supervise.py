@@ -69,12 +69,22 @@ class Supervisor:
         with open(self.path("spec.json")) as handle:
             spec = json.load(handle)
         with open(self.path("stdout"), "wb") as out, open(self.path("stderr"), "wb") as err:
+            # As another account when the worker is set to (TOLLGATE_COMMAND_USER): its own
+            # uid, its group, no supplementary groups of the worker's.
+            account = {}
+            if spec.get("user"):
+                import pwd
+
+                entry = pwd.getpwnam(spec["user"])
+                account = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
             try:
                 self.proc = subprocess.Popen(
                     spec["argv"], cwd=spec.get("cwd") or None, env=spec["env"],
-                    stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
-            except OSError as exc:
-                self.write("result.json", {"exit_code": None, "error": exc.strerror or str(exc)})
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
+                    **account)
+            except (OSError, KeyError) as exc:
+                self.write("result.json", {"exit_code": None,
+                                           "error": getattr(exc, "strerror", None) or str(exc)})
                 raise SystemExit(0) from None
         self.pgid = self.proc.pid
         self.write("child.json", {"pid": self.proc.pid, "pgid": self.pgid})

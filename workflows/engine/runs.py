@@ -228,7 +228,7 @@ def add_steps(run, items, *, actor=None) -> list[Checkpoint]:
     Added steps are authorised like a spec that contains them: steps or compensations that
     run programs need author_command_spec; only an operator adds a gate, and an added gate
     never allows self-approval. A run holds at most TOLLGATE_MAX_STEPS_PER_RUN steps."""
-    from ..specs import SpecError, require_program_author, validate_step
+    from ..specs import SpecError, masked, require_program_author, validate_step
 
     if not isinstance(items, list) or not items:
         raise InvalidInput("steps must be a non-empty list of steps.")
@@ -279,5 +279,5 @@ def add_steps(run, items, *, actor=None) -> list[Checkpoint]:
             loaded = state.find(step.pk) or state.add(Step.objects.get(pk=step.pk))
             checkpoints.append(commit(state, CheckpointKind.STEP_ADDED, actor=actor, step=loaded,
                                       summary=f"{step.title} added by {name}",
-                                      evidence={"step": normal[offset]}))
+                                      evidence={"step": masked(normal[offset])}))
         return checkpoints

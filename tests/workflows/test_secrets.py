@@ -1,0 +1,121 @@
+"""Secrets stay with the worker: named secrets resolved on it, a clean supervisor, redacted
+patches, masked inline values, and commands run as another account."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+from workflows.executors import run_process
+from workflows.models import ApiToken
+from workflows.specs import SpecError, store_spec
+
+from ..conftest import make_user
+
+CONTEXT = {"run_id": 7, "step_key": "deploy", "attempt": 1}
+
+
+def run(action, state=None):
+    return run_process(action, context=CONTEXT, shared_state=state or {},
+                       stop=threading.Event(), grace=1.0)
+
+
+def test_the_supervisor_does_not_carry_the_workers_environment(monkeypatch):
+    monkeypatch.setenv("WORKER_ONLY_PASSWORD", "hunter2-of-the-worker")
+    monkeypatch.setenv("WORKER_ONLY_NOTE", "plain-worker-note")
+    outcome = run({"shell": 'tr "\\0" "\\n" < /proc/$PPID/environ; echo "mine=$WORKER_ONLY_NOTE"'})
+    assert outcome.ok, outcome.summary
+    out = outcome.evidence["stdout"]
+    assert "TOLLGATE_STEP_KEY=deploy" in out  # it reads the supervisor's: the clean one
+    assert "plain-worker-note" not in out and "hunter2" not in out
+
+
+def test_a_named_secret_is_resolved_on_the_worker_and_redacted_everywhere(monkeypatch):
+    monkeypatch.setenv("TOLLGATE_SECRET_DEPLOY", "s3cr3t-deploy-value")
+    outcome = run({"shell": 'echo "token=$DEPLOY_TOKEN"; '
+                            'printf \'{"used": "%s", "%s": 1}\' "$DEPLOY_TOKEN" "$DEPLOY_TOKEN" '
+                            '> "$TOLLGATE_STATE_PATCH_FILE"',
+                   "env": {"DEPLOY_TOKEN": {"secret": "deploy"}}})
+    assert outcome.ok, outcome.summary
+    assert outcome.evidence["stdout"] == "token=[redacted]\n"
+    assert outcome.state_patch == {"used": "[redacted]", "[redacted]": 1}
+
+
+def test_a_secret_from_the_secrets_folder(settings, tmp_path):
+    (tmp_path / "db.password").write_text("from-a-file-123\n")
+    settings.TOLLGATE_SECRETS_DIR = str(tmp_path)
+    outcome = run({"command": ["sh", "-c", 'test "$PW" = from-a-file-123 && echo same'],
+                   "env": {"PW": {"secret": "db.password"}}})
+    assert outcome.ok and outcome.evidence["stdout"] == "same\n"
+
+
+def test_a_missing_secret_fails_the_step_saying_where_it_was_looked_for(settings):
+    settings.TOLLGATE_SECRETS_DIR = ""
+    outcome = run({"command": ["true"], "env": {"X": {"secret": "nowhere"}}})
+    assert not outcome.ok
+    assert "Secret 'nowhere' is not set on this worker (TOLLGATE_SECRET_NOWHERE" in outcome.summary
+
+
+@pytest.mark.parametrize("value, problem", [
+    ({"secret": "a b"}, "a secret is"),
+    ({"secret": "x", "default": "y"}, "a secret is"),
+    (3, "must be a string"),
+])
+def test_bad_env_values_are_refused_naming_the_step(db, value, problem):
+    with pytest.raises(SpecError, match=f"step 'd' run env X: {problem}"):
+        store_spec({"name": "s", "steps": [{"key": "d", "run": {"command": ["true"],
+                                                                 "env": {"X": value}}}]})
+
+
+@pytest.mark.django_db
+def test_inline_values_are_masked_for_those_who_may_not_change_specs(client):
+    store_spec({"name": "deploy", "steps": [{"key": "d", "run": {
+        "command": ["true"], "env": {"REGION": "eu-west-1", "TOKEN": {"secret": "deploy"}}}}]})
+    reader = make_user("reader")
+    editor = make_user("editor", perms=("change_workflowspec",))
+
+    def env_seen(user):
+        token = ApiToken.objects.issue(user, "t")[1]
+        body = Client(HTTP_AUTHORIZATION=f"Bearer {token}").get("/api/specs/deploy").json()
+        return body["versions"][0]["definition"]["steps"][0]["run"]["env"]
+
+    assert env_seen(reader) == {"REGION": "[masked]", "TOKEN": {"secret": "deploy"}}
+    assert env_seen(editor) == {"REGION": "eu-west-1", "TOKEN": {"secret": "deploy"}}
+    staff = make_user("staff", is_staff=True, perms=("view_workflowspec",))
+    client.force_login(staff)
+    from workflows.models import WorkflowSpec
+
+    page = client.get(f"/admin/workflows/workflowspec/{WorkflowSpec.objects.get().pk}/change/")
+    assert page.status_code == 200
+    assert "eu-west-1" not in page.content.decode() and "[masked]" in page.content.decode()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running a command as another account needs root")
+def test_a_command_run_as_another_account_cannot_reach_the_worker(settings, monkeypatch):
+    settings.TOLLGATE_COMMAND_USER = "nobody"
+    monkeypatch.setenv("WORKER_ONLY_PASSWORD", "hunter2-of-the-worker")
+    private = Path(tempfile.mkdtemp())
+    private.chmod(0o755)
+    (private / "secret_key").write_text("the-signing-key")
+    (private / "secret_key").chmod(0o600)
+    try:
+        outcome = run({"shell": f'id -u; cat /proc/{os.getpid()}/environ; '
+                                f'cat {private}/secret_key; cat "$TOLLGATE_STATE_FILE"; '
+                                'echo \'{"ran": true}\' > "$TOLLGATE_STATE_PATCH_FILE"'},
+                      state={"branch": "main"})
+    finally:
+        (private / "secret_key").unlink()
+        private.rmdir()
+    out, err = outcome.evidence["stdout"], outcome.evidence["stderr"]
+    assert out.splitlines()[0] == str(pwd.getpwnam("nobody").pw_uid)
+    assert "hunter2" not in out and "the-signing-key" not in out
+    assert "Permission denied" in err
+    assert json.loads(out.splitlines()[1]) == {"branch": "main"}  # its own files it reads
+    assert outcome.state_patch == {"ran": True}  # and writes
