@@ -285,4 +285,8 @@ TOLLGATE_BASE_URL = os.environ.get(
     "TOLLGATE_BASE_URL", "http://127.0.0.1:8000" if DEBUG else "").rstrip("/")
 # How long a signed decision link in a mail works, at most (it stops working as soon as its
 # gate is decided or a new attempt starts).
+# Webhooks post to https URLs with public addresses; http only to these hosts, and private,
+# loopback or link-local addresses only when allowed (a receiver inside your network).
+TOLLGATE_WEBHOOK_HTTP_HOSTS = [h.lower() for h in env_list("TOLLGATE_WEBHOOK_HTTP_HOSTS")]
+TOLLGATE_WEBHOOK_ALLOW_PRIVATE = env_bool("TOLLGATE_WEBHOOK_ALLOW_PRIVATE", False)
 TOLLGATE_DECISION_LINK_DAYS = int(os.environ.get("TOLLGATE_DECISION_LINK_DAYS", "14"))

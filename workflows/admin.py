@@ -163,6 +163,8 @@ class RunAdmin(admin.ModelAdmin):
 
 @admin.register(Approval)
 class ApprovalAdmin(admin.ModelAdmin):
+    """Decisions are the audit trail: read only, never deleted (the model refuses too)."""
+
     list_display = ["step", "attempt", "user", "decision", "at"]
     list_filter = ["decision"]
     list_select_related = ["step", "user"]
@@ -171,6 +173,9 @@ class ApprovalAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False
 
 
@@ -196,19 +201,63 @@ class ApiTokenAdmin(admin.ModelAdmin):
                                                       "last_used_at", "revoked_at"]
 
     def get_readonly_fields(self, request, obj=None):
-        return [] if obj is None else ["user", "prefix", "created_at", "last_used_at"]
+        # Revocation is final: revoke with the action, never un-revoke by clearing a date.
+        return [] if obj is None else ["user", "prefix", "created_at", "last_used_at",
+                                       "revoked_at"]
+
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        if obj is None and not request.user.is_superuser and "user" in form.base_fields:
+            users = form.base_fields["user"]
+            users.queryset = users.queryset.filter(pk=request.user.pk)
+            users.initial = request.user.pk
+            users.help_text = "Staff mint tokens for themselves; a superuser for anyone."
+        return form
+
+    def get_autocomplete_fields(self, request):
+        return self.autocomplete_fields if request.user.is_superuser else []
 
     def save_model(self, request, obj, form, change):
         if change:
             return super().save_model(request, obj, form, change)
-        token, raw = ApiToken.objects.issue(obj.user, obj.name)
+        token, raw = ApiToken.objects.issue(obj.user, obj.name, actor=request.user)
         obj.pk = token.pk
         self.message_user(request, f"New token for {obj.user}: {raw} (shown once; it is "
                                    "stored hashed).", messages.WARNING)
 
 
+class ScheduleForm(forms.ModelForm):
+    class Meta:
+        model = Schedule
+        fields = ["name", "spec_name", "goal", "cron", "interval_seconds", "timezone", "enabled",
+                  "overlap", "missed", "shared_state", "params", "next_run_at", "created_at"]
+
+    actor = None  # the signed-in user, set by the admin: scheduling runs has its own rules
+
+    def _post_clean(self):
+        super()._post_clean()  # the instance now holds what was posted
+        from .schedules import require_schedule_rights
+
+        try:
+            require_schedule_rights(self.instance, actor=self.actor)
+        except engine.NotPermitted as exc:
+            self.add_error(None, str(exc))
+
+
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):
+    form = ScheduleForm
+
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        form.actor = request.user
+        return form
+
+    def save_model(self, request, obj, form, change):
+        from .schedules import save_schedule
+
+        save_schedule(obj, actor=request.user)
+
     list_display = ["name", "spec_name", "cron", "interval_seconds", "timezone", "enabled",
                     "next_run_at", "missed_count", "skipped_count", "paused_reason"]
     list_filter = ["enabled", "overlap", "missed"]
@@ -217,8 +266,28 @@ class ScheduleAdmin(admin.ModelAdmin):
     readonly_fields = ["missed_count", "skipped_count", "last_run", "paused_reason"]
 
 
+class WebhookForm(forms.ModelForm):
+    """The secret is write-only: typed when set or changed, never shown again."""
+
+    secret = forms.CharField(
+        required=False, max_length=200, widget=forms.PasswordInput(render_value=False),
+        help_text="Signs each post (HMAC-SHA256). Write-only: leave empty to keep the "
+                  "current one.")
+
+    class Meta:
+        model = Webhook
+        fields = ["group", "url", "secret", "active"]
+
+    def clean_secret(self):
+        secret = self.cleaned_data.get("secret", "")
+        if not secret and not self.instance.pk:
+            raise forms.ValidationError("A new webhook needs a secret.")
+        return secret or self.instance.secret
+
+
 @admin.register(Webhook)
 class WebhookAdmin(admin.ModelAdmin):
+    form = WebhookForm
     list_display = ["group", "url", "active", "created_at"]
     list_filter = ["active", "group"]
     search_fields = ["group", "url"]

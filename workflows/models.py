@@ -7,6 +7,7 @@ database can check.
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -345,8 +346,14 @@ class Decision(models.TextChoices):
     REJECT = "reject", "rejected"
 
 
+class ApprovalQuerySet(models.QuerySet):
+    def delete(self):
+        raise TypeError("Decisions are never deleted: they are the audit trail.")
+
+
 class Approval(models.Model):
-    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="approvals")
+    # PROTECT, as for checkpoints: a recorded decision outlives any attempt to delete its gate.
+    step = models.ForeignKey(Step, on_delete=models.PROTECT, related_name="approvals")
     attempt = models.PositiveIntegerField()
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approvals"
@@ -360,6 +367,8 @@ class Approval(models.Model):
     waited_seconds = models.FloatField(null=True, blank=True)
     at = models.DateTimeField(default=timezone.now)
 
+    objects = ApprovalQuerySet.as_manager()
+
     class Meta:
         ordering = ["at", "id"]
         indexes = [models.Index(fields=["group", "at"]), models.Index(fields=["at"])]
@@ -372,6 +381,9 @@ class Approval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} {self.decision} {self.step}"
+
+    def delete(self, *args, **kwargs):
+        raise TypeError("Decisions are never deleted: they are the audit trail.")
 
 
 class CheckpointKind(models.TextChoices):
@@ -454,9 +466,16 @@ class Checkpoint(models.Model):
 
 
 class ApiTokenManager(models.Manager):
-    def issue(self, user, name: str = "") -> tuple[ApiToken, str]:
-        """Create a token; the raw value is returned once and only its hash is kept."""
+    def issue(self, user, name: str = "", *, actor=None) -> tuple[ApiToken, str]:
+        """Create a token; the raw value is returned once and only its hash is kept.
+
+        A person mints tokens for themselves only (a superuser for anyone): a token acts as
+        its user. The system (commands: `actor` None) may mint for anyone."""
         import secrets
+
+        if actor is not None and actor.pk != user.pk and not actor.is_superuser:
+            raise PermissionDenied(f"{actor.get_username()} may mint API tokens only for "
+                                   "themselves.")
 
         raw = "tg_" + secrets.token_urlsafe(32)
         token = self.create(user=user, name=name or "API token", prefix=raw[:10],
@@ -482,6 +501,12 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+    def save(self, *args, **kwargs):
+        if self.pk and self.revoked_at is None and ApiToken.objects.filter(
+                pk=self.pk, revoked_at__isnull=False).exists():
+            raise ValidationError("A revoked token stays revoked; issue a new one.")
+        super().save(*args, **kwargs)
 
     @staticmethod
     def hash(raw: str) -> str:
@@ -610,6 +635,14 @@ class Webhook(models.Model):
 
     def __str__(self) -> str:
         return f"{self.group} → {self.url}"
+
+    def clean(self) -> None:
+        from .addresses import RefusedAddress, resolve
+
+        try:
+            resolve(self.url)
+        except RefusedAddress as exc:
+            raise ValidationError({"url": f"Webhook URL {exc}."}) from None
 
 
 class DeliveryStatus(models.TextChoices):

@@ -62,6 +62,39 @@ def validate_schedule(schedule: Schedule) -> None:
                             "or leave the schedule disabled.")
 
 
+def require_schedule_rights(schedule: Schedule, *, actor) -> None:
+    """A schedule starts runs on its author's say: creating or enabling one (or changing
+    what an enabled one starts) needs add_run, and author_command_spec when its spec runs
+    programs. Disabling needs neither. The system (None or a name) may."""
+    from . import permissions
+    from .specs import require_program_author
+
+    if not permissions.is_person(actor):
+        return
+    before = Schedule.objects.filter(pk=schedule.pk).values(
+        "enabled", "spec_name").first() if schedule.pk else None
+    starts_runs = schedule.enabled and (before is None or not before["enabled"]
+                                        or before["spec_name"] != schedule.spec_name)
+    if before is not None and not starts_runs:
+        return
+    name = actor.get_username() or "anonymous"
+    if not permissions.has(actor, permissions.START):
+        raise engine.NotPermitted(f"{name} may not schedule runs: that needs the add_run "
+                                  "permission.")
+    spec = (WorkflowSpec.objects.filter(name=schedule.spec_name)
+            .order_by("status", "-version").first())
+    if spec is not None:
+        require_program_author(actor, spec.definition)
+
+
+def save_schedule(schedule: Schedule, *, actor=None) -> Schedule:
+    """Check who may, validate, and save a schedule (the admin and any other entry point)."""
+    require_schedule_rights(schedule, actor=actor)
+    validate_schedule(schedule)
+    schedule.save()
+    return schedule
+
+
 def next_slot(schedule: Schedule, after: datetime) -> datetime:
     """The first slot strictly after `after`, as an aware UTC datetime."""
     if schedule.interval_seconds:

@@ -346,7 +346,7 @@ def profile(request):
     new_token = None
     if request.method == "POST":
         name = request.POST.get("name", "").strip()[:100] or "API token"
-        _, new_token = ApiToken.objects.issue(request.user, name)
+        _, new_token = ApiToken.objects.issue(request.user, name, actor=request.user)
     tokens = ApiToken.objects.filter(user=request.user)
     return render(request, "workflows/profile.html", {"tokens": tokens, "new_token": new_token})
 

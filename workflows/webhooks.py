@@ -15,17 +15,20 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import json
 import logging
+import socket
+import ssl
 import time
-import urllib.error
-import urllib.request
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from . import links
+from .addresses import RefusedAddress, resolve
 from .models import Checkpoint, DeliveryStatus, Step, StepStatus, Webhook, WebhookDelivery
 
 log = logging.getLogger(__name__)
@@ -79,7 +82,7 @@ def payload(event: str, checkpoint: Checkpoint, step: Step) -> dict:
                 "status": checkpoint.run_status, "url": links.absolute(run.get_absolute_url()),
                 "requested_by": run.requested_by.get_username() if run.requested_by else None},
         "gate": {"key": step.key, "title": step.title, "group": step.approval_group,
-                 "attempt": step.attempt, "status": checkpoint.step_status or step.status,
+                 "attempt": step.attempt, "status": gate_status(event, checkpoint, step),
                  "deadline": step.deadline_at.isoformat() if step.deadline_at else None},
         "summary": checkpoint.summary,
     }
@@ -89,6 +92,49 @@ def payload(event: str, checkpoint: Checkpoint, step: Step) -> dict:
                             "by": checkpoint.actor_name, "comment": checkpoint.summary,
                             "values": checkpoint.evidence.get("values", {})}
     return body
+
+
+def gate_status(event: str, checkpoint: Checkpoint, step: Step) -> str:
+    """The gate's own status at the event (a gate opens on its dependency's checkpoint)."""
+    if checkpoint.step_id == step.pk and checkpoint.step_status:
+        return checkpoint.step_status
+    return StepStatus.WAITING_APPROVAL if event != "gate_decided" else step.status
+
+
+class PinnedHTTPConnection(http.client.HTTPConnection):
+    """Connects to the address that was checked, whatever the name resolves to now."""
+
+    def __init__(self, host, port, address, **kwargs):
+        super().__init__(host, port, **kwargs)
+        self.address = address
+
+    def connect(self):
+        self.sock = socket.create_connection((self.address, self.port), self.timeout)
+
+
+class PinnedHTTPSConnection(http.client.HTTPSConnection):
+    def __init__(self, host, port, address, **kwargs):
+        super().__init__(host, port, context=ssl.create_default_context(), **kwargs)
+        self.address = address
+
+    def connect(self):
+        sock = socket.create_connection((self.address, self.port), self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+
+
+def post(url: str, body: bytes, headers: dict) -> int:
+    """POST to a checked address (no redirects followed); the answer's status code.
+    RefusedAddress for a URL that may not be reached; OSError when nothing answered."""
+    host, port, address = resolve(url)
+    parts = urlsplit(url)
+    kind = PinnedHTTPSConnection if parts.scheme == "https" else PinnedHTTPConnection
+    connection = kind(host, port, address, timeout=TIMEOUT_SECONDS)
+    try:
+        connection.request("POST", (parts.path or "/") + (f"?{parts.query}" if parts.query
+                                                          else ""), body=body, headers=headers)
+        return connection.getresponse().status
+    finally:
+        connection.close()
 
 
 def deliver(delivery_id: int, now=None) -> str:
@@ -104,19 +150,22 @@ def deliver(delivery_id: int, now=None) -> str:
     body = json.dumps({**delivery.payload, "delivery": delivery.pk},
                       sort_keys=True).encode()
     timestamp = str(int(time.time()))
-    request = urllib.request.Request(delivery.webhook.url, data=body, method="POST", headers={
+    headers = {
         "Content-Type": "application/json", "User-Agent": "Tollgate-Webhook",
         "X-Tollgate-Event": delivery.event, "X-Tollgate-Delivery": str(delivery.pk),
         "X-Tollgate-Timestamp": timestamp,
-        "X-Tollgate-Signature": sign(delivery.webhook.secret, timestamp, body)})
+        "X-Tollgate-Signature": sign(delivery.webhook.secret, timestamp, body)}
+    # Only the status code is recorded: a transport error's text would tell whoever reads
+    # the deliveries what answers at an address (a port scanner's oracle).
     code, error = None, ""
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
-            code = response.status
-    except urllib.error.HTTPError as exc:
-        code, error = exc.code, f"HTTP {exc.code}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        error = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+        code = post(delivery.webhook.url, body, headers)
+        if not 200 <= code < 300:
+            error = f"HTTP {code}"
+    except RefusedAddress:
+        error = "refused: the URL or its address is not allowed"
+    except (OSError, http.client.HTTPException, ValueError):
+        error = "no HTTP answer"
     attempts = delivery.attempts + 1
     done = code is not None and 200 <= code < 300
     if done:
@@ -130,8 +179,8 @@ def deliver(delivery_id: int, now=None) -> str:
         status=status, attempts=attempts, last_status_code=code, last_error=error[:2000],
         next_attempt_at=next_at, delivered_at=timezone.now() if done else None)
     if not done:
-        log.warning("Webhook delivery %s to %s: %s (attempt %s)", delivery.pk,
-                    delivery.webhook.url, error or code, attempts)
+        log.warning("Webhook delivery %s to webhook %s: %s (attempt %s)", delivery.pk,
+                    delivery.webhook_id, error, attempts)
     return status
 
 
