@@ -10,8 +10,8 @@ from django.http import Http404
 from ninja import Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
 
-from tollgate.api import Error, Id
 from tollgate.query import MAX_ID
+from tollgate.schemas import Error, Id, Input
 
 from .models import Goal, GoalStatus, Priority
 from .rollup import rollups
@@ -55,30 +55,33 @@ GoalStatusName = Literal[tuple(GoalStatus.values)]
 PriorityName = Literal[tuple(Priority.values)]
 
 
-class GoalIn(Schema):
+class GoalIn(Input):
     title: str = Field(min_length=1, max_length=200)
-    objective: str = ""
+    objective: str = Field("", max_length=5000)
     parent: int | None = Field(None, ge=1, le=MAX_ID)
     status: GoalStatusName = "active"
     priority: PriorityName = "normal"
-    owner: str | None = Field(None, description="username")
+    owner: str | None = Field(None, max_length=150, description="username")
     next_action: str = Field("", max_length=500)
     success_signal: str = Field("", max_length=500)
     blocker_reason: str = Field("", max_length=500)
     shared_state: dict[str, Any] = {}
 
 
-class GoalPatch(Schema):
-    title: str | None = Field(None, min_length=1, max_length=200)
-    objective: str | None = None
+class GoalPatch(Input):
+    """Only the fields sent change; `parent` and `owner` may be null (a root goal, no owner),
+    the others may not."""
+
+    title: str = Field(None, min_length=1, max_length=200)
+    objective: str = Field(None, max_length=5000)
     parent: int | None = Field(None, ge=1, le=MAX_ID)
-    status: GoalStatusName | None = None
-    priority: PriorityName | None = None
-    owner: str | None = None
-    next_action: str | None = Field(None, max_length=500)
-    success_signal: str | None = Field(None, max_length=500)
-    blocker_reason: str | None = Field(None, max_length=500)
-    shared_state: dict[str, Any] | None = None
+    status: GoalStatusName = None
+    priority: PriorityName = None
+    owner: str | None = Field(None, max_length=150)
+    next_action: str = Field(None, max_length=500)
+    success_signal: str = Field(None, max_length=500)
+    blocker_reason: str = Field(None, max_length=500)
+    shared_state: dict[str, Any] = None
 
 
 def goal_out(goal: Goal, rollup) -> dict:
@@ -158,8 +161,6 @@ def patch_goal(request, goal_id: Id, payload: GoalPatch):
         changes["owner"] = _owner(changes["owner"])
     if "parent" in changes:
         changes["parent"] = _parent(changes["parent"])
-    for name in [k for k, v in changes.items() if v is None and k not in ("owner", "parent")]:
-        raise HttpError(400, f"{name}: may not be null.")
     goal = goal_update(goal, actor=request.user, **changes)
     goal = Goal.objects.select_related("owner").get(pk=goal.pk)
     return goal_out(goal, rollups([goal.pk])[goal.pk])

@@ -10,30 +10,23 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import Annotated
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DataError
 from django.http import Http404
 from django.utils import timezone
-from ninja import NinjaAPI, Path, Schema
+from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
 from ninja.security import HttpBearer, SessionAuth
 
-from tollgate.query import MAX_ID
+from goals.api import router as goals_router
+from workflows.api import router as workflows_router
 from workflows.engine import WorkflowError
 from workflows.models import ApiToken
 from workflows.values import BadValue, check_json
-
-Id = Annotated[int, Path(ge=1, le=MAX_ID)]
-Key = Annotated[str, Path(min_length=1, max_length=100)]
-
-
-class Error(Schema):
-    error: str
 
 
 class TokenAuth(HttpBearer):
@@ -70,6 +63,9 @@ class StrictJson(Parser):
         except RecursionError:
             raise BadValue("body: nested too deeply.") from None
         check_json(data, "body")
+        if not isinstance(data, dict):
+            raise BadValue(f"body: must be a JSON object, not {type(data).__name__} "
+                           f"({json.dumps(data)[:40]}).")
         return data
 
 
@@ -156,19 +152,14 @@ def on_data_error(request, exc):
     return error(request, "A value is out of range or has characters the database refuses.", 400)
 
 
-def _routers() -> None:
-    from goals.api import router as goals
-    from workflows.api import router as workflows
-
-    api.add_router("/", workflows)
-    api.add_router("/", goals)
+api.add_router("/", workflows_router)
+api.add_router("/", goals_router)
 
 
 def urls():
     """The API's URL patterns, open to LoginRequiredMiddleware: the API answers 401 itself."""
     from django.contrib.auth.decorators import login_not_required
 
-    _routers()
     patterns, app_name, namespace = api.urls
     for pattern in patterns:
         pattern.callback = login_not_required(pattern.callback)

@@ -3,7 +3,7 @@ skip, cancel) for scripts and agents. Every write goes through the engine."""
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from django.http import Http404
@@ -11,8 +11,8 @@ from ninja import Body, Field, Path, Query, Router, Schema, Status
 from ninja.errors import HttpError
 
 from goals.models import Priority
-from tollgate.api import Error, Id, Key
 from tollgate.query import MAX_ID
+from tollgate.schemas import Day, Error, Id, Input, Key
 
 from . import engine, selectors
 from .models import Checkpoint, Run, RunStatus, SpecStatus, StepStatus
@@ -82,7 +82,7 @@ class RunPage(Schema):
     results: list[RunOut]
 
 
-class RunIn(Schema):
+class RunIn(Input):
     spec: str = Field(min_length=1, max_length=100)
     goal: int | None = Field(None, ge=1, le=MAX_ID)
     idempotency_key: str = Field("", max_length=200)
@@ -114,7 +114,7 @@ class ResumeOut(Schema):
     message: str
 
 
-class TransitionIn(Schema):
+class TransitionIn(Input):
     step: str = Field(min_length=1, max_length=100)
     step_status: Literal[tuple(map(str, engine.AGENT_STATUSES))] | None = None
     summary: str = Field("", max_length=10000)
@@ -127,16 +127,20 @@ class TransitionOut(Schema):
     run: RunOut
 
 
-class CancelIn(Schema):
+class CancelIn(Input):
     reason: str = Field("", max_length=500)
 
 
-class SkipIn(Schema):
+class SkipIn(Input):
     reason: str = Field(min_length=1, max_length=500)
 
 
-class DecisionIn(Schema):
+class DecisionIn(Input):
     comment: str = Field("", max_length=5000)
+
+
+class RejectIn(Input):
+    comment: str = Field(min_length=1, max_length=5000, description="why: required to reject")
 
 
 class ApproveIn(DecisionIn):
@@ -192,7 +196,7 @@ class SpecDetail(Schema):
     versions: list[SpecVersionOut]
 
 
-class SpecStatusIn(Schema):
+class SpecStatusIn(Input):
     version: int = Field(ge=1, le=MAX_ID)
 
 
@@ -253,12 +257,17 @@ def list_runs(request, status: RunStatusName | None = None,
               q: str = Query("", max_length=200,
                              description="title, idempotency key, spec name or requester"),
               requester: str = Query("", max_length=150),
-              opened_from: date | None = None, opened_to: date | None = None,
-              finished_from: date | None = None, finished_to: date | None = None,
+              opened_from: str | None = Day(), opened_to: str | None = Day(),
+              finished_from: str | None = Day(), finished_to: str | None = Day(),
               limit: int = Query(50, ge=1, le=200), offset: int = Query(0, ge=0, le=MAX_ID)):
+    days = {}
+    for name, value in (("opened_from", opened_from), ("opened_to", opened_to),
+                        ("finished_from", finished_from), ("finished_to", finished_to)):
+        days[name] = selectors.parse_day(value or "")
+        if value and days[name] is None:
+            raise HttpError(400, f"{name}: {value!r} is not a date (YYYY-MM-DD).")
     runs = selectors.runs(status=status or "", spec=spec or "", goal=goal, q=q,
-                          requester=requester, opened_from=opened_from, opened_to=opened_to,
-                          finished_from=finished_from, finished_to=finished_to)
+                          requester=requester, **days)
     return {"count": runs.count(), "results": [run_out(r) for r in runs[offset:offset + limit]]}
 
 
@@ -315,7 +324,7 @@ def approve(request, run_id: Id, key: Key, payload: ApproveIn | None = None):
 
 @router.post("/runs/{run_id}/steps/{key}/reject", response=DECIDE,
           summary="Reject a gate (a comment is required)")
-def reject(request, run_id: Id, key: Key, payload: DecisionIn):
+def reject(request, run_id: Id, key: Key, payload: RejectIn):
     engine.reject(get_run(run_id), key, user=request.user, comment=payload.comment)
     return fresh_run(run_id)
 
@@ -359,7 +368,7 @@ def run_audit(request, run_id: Id):
     return selectors.run_audit(get_run(run_id))
 
 
-class AddStepsIn(Schema):
+class AddStepsIn(Input):
     steps: list[dict[str, Any]] = Field(min_length=1, max_length=200,
                                         description="steps as in a spec")
 

@@ -16,7 +16,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from tollgate.exports import csv_download
-from tollgate.query import int_param
+from tollgate.query import MAX_ID, int_param
 
 from . import engine, links, selectors
 from .forms import StartRunForm, gate_form, posted_values
@@ -127,7 +127,9 @@ def run_detail(request, pk: int):
 def run_list(request):
     names = ("q", "status", "spec", "goal", "requester", "opened_from", "opened_to",
              "finished_from", "finished_to", "mine")
-    filters = {key: request.GET.get(key, "").strip()[:200] for key in names}
+    # A NUL cannot be searched for (PostgreSQL refuses it in text): it is dropped.
+    filters = {key: request.GET.get(key, "").replace("\x00", "").strip()[:200]
+               for key in names}
     goal = int_param(request.GET, "goal")
     filters["goal"] = "" if goal is None else str(goal)
     days = {}
@@ -166,8 +168,9 @@ def inbox_bulk(request):
     its own (its own approval and checkpoint); one that cannot be decided says why in its own
     card while the others go through."""
     decision = request.POST.get("decision")
-    comment = request.POST.get("comment", "").strip()[:5000]
-    picked = [pk for pk in request.POST.getlist("gate") if pk.isascii() and pk.isdigit()][:100]
+    comment = request.POST.get("comment", "")
+    picked = [int(pk) for pk in request.POST.getlist("gate")
+              if pk.isascii() and pk.isdigit() and len(pk) <= 18 and int(pk) <= MAX_ID][:100]
     steps = Step.objects.select_related("run").filter(pk__in=picked, kind="approval")
     done, refused = [], {}
     for step in steps:
@@ -320,7 +323,7 @@ def run_cancel(request, pk: int):
         return render(request, "workflows/run_cancel.html", {"run": run})
     try:
         engine.cancel_run(run, actor=request.user,
-                          reason=request.POST.get("reason", "").strip()[:500])
+                          reason=request.POST.get("reason", ""))
     except engine.WorkflowError as exc:
         return _respond(request, run.pk, error=exc)
     return _respond(request, run.pk, done="Run cancelled.")
@@ -345,7 +348,7 @@ def profile(request):
 
     new_token = None
     if request.method == "POST":
-        name = request.POST.get("name", "").strip()[:100] or "API token"
+        name = request.POST.get("name", "").replace("\x00", "").strip()[:100] or "API token"
         _, new_token = ApiToken.objects.issue(request.user, name, actor=request.user)
     tokens = ApiToken.objects.filter(user=request.user)
     return render(request, "workflows/profile.html", {"tokens": tokens, "new_token": new_token})

@@ -49,3 +49,54 @@ def test_api_conforms_to_its_schema(case, token):
     response = case.call(headers={"Authorization": f"Bearer {token}"})
     case.validate_response(response, checks=[not_a_server_error, response_schema_conformance,
                                              status_code_conformance])
+
+
+NOT_OBJECTS = ['"hello world"', "[null, null]", "1", "true", "null", "[]"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("body", NOT_OBJECTS)
+def test_every_body_that_must_be_an_object_refuses_anything_else(api, release_spec, body):
+    """Each operation in the document that takes a body, sent JSON that is not an object."""
+    from goals.models import Goal
+    from workflows import engine
+    from workflows.models import Checkpoint, Run
+
+    run = engine.open_run(release_spec, actor=api["alice"].user).run
+    goal = Goal.objects.create(title="G")
+    before = (Run.objects.count(), Goal.objects.count(), Checkpoint.objects.count())
+    writes = [(path.removeprefix("/api"), method)
+              for path, methods in schema.raw_schema["paths"].items()
+              for method, operation in methods.items() if "requestBody" in operation]
+    assert len(writes) >= 10
+    for path, method in writes:
+        url = "/api" + path.format(run_id=run.pk, goal_id=goal.pk, key="qa", name="release",
+                                   action="archive")
+        response = getattr(api["alice"], method.lower())(url, body)
+        assert response.status_code == 400, (method, url, body, response.content)
+        assert "must be a JSON object" in response.json()["error"]
+    assert (Run.objects.count(), Goal.objects.count(), Checkpoint.objects.count()) == before
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("field, value, problem", [
+    ("goal", True, "valid integer"),
+    ("goal", "1", "valid integer"),
+    ("idempotency_key", 7, "valid string"),
+    ("colour", "red", "Extra inputs"),
+])
+def test_types_are_strict_and_fields_known(api, release_spec, field, value, problem):
+    from goals.models import Goal
+    from workflows.models import Run
+
+    Goal.objects.create(title="G")
+    response = api["alice"].post("/api/runs", {"spec": "release", field: value})
+    assert response.status_code == 400 and problem in response.json()["error"]
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("value", ["0", "20261203", "2026-13-01", "yesterday"])
+def test_a_date_filter_is_a_date(api, value):
+    response = api["alice"].get(f"/api/runs?opened_to={value}")
+    assert response.status_code == 400 and "opened_to" in response.json()["error"]

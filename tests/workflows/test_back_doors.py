@@ -68,3 +68,37 @@ class TestTransitionReportsOnlyWaitSteps:
         assert "Looks fine to me" in card
         page = client.get(f"/runs/{run.pk}/").content.decode()
         assert "last reported by rita" in page
+
+
+class TestWebInputMeetsTheAPIsLimits:
+    @pytest.mark.parametrize("comment, problem", [
+        ("x" * 5001, "at most 5000"),
+        ("fine\x00", "NUL character"),
+    ])
+    def test_a_comment_past_the_limit_or_with_nul_is_refused(self, waiting, people, comment,
+                                                             problem):
+        client = Client(HTTP_HX_REQUEST="true")
+        client.force_login(people["bob"])
+        response = client.post(f"/runs/{waiting.pk}/steps/qa/approve/", {"comment": comment})
+        assert response.status_code == 400 and problem in response.content.decode()
+        assert not waiting.steps.get(key="qa").approvals.exists()
+
+    def test_a_skip_reason_is_capped(self, release_spec, people):
+        run = engine.open_run(release_spec, actor=people["alice"]).run
+        client = Client()
+        client.force_login(people["alice"])
+        client.post(f"/runs/{run.pk}/steps/build/skip/", {"comment": "r" * 501})
+        assert Step.objects.get(run=run, key="build").status == "pending"
+        with pytest.raises(engine.InvalidInput, match="at most 500"):
+            engine.cancel_run(run, reason="r" * 501)
+
+    def test_a_bulk_decision_with_a_huge_gate_id_is_no_500(self, waiting, people):
+        client = Client()
+        client.force_login(people["bob"])
+        response = client.post("/inbox/decide/", {
+            "decision": "approve", "gate": ["99999999999999999999999", str(2**63)]})
+        assert response.status_code == 302
+
+    def test_a_search_with_nul_is_no_500(self, people, client):
+        client.force_login(people["bob"])
+        assert client.get("/runs/", {"q": "a\x00b"}).status_code == 200

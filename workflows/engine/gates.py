@@ -11,7 +11,14 @@ from ..params import FieldErrors, coerce
 from . import sql
 from .commit import commit
 from .errors import IllegalTransition, InvalidInput, NotPermitted
-from .moves import close_gate, fail_for_good, merge_state, require_open
+from .moves import (
+    COMMENT_LIMIT,
+    check_text,
+    close_gate,
+    fail_for_good,
+    merge_state,
+    require_open,
+)
 from .rows import RunState, locked
 
 APPROVAL = sql.Table(Approval)
@@ -82,6 +89,7 @@ def approve(run, key: str, *, user, comment: str = "", values: dict | None = Non
     """Record an approval, with the gate's form filled in; the gate completes when its
     quorum of distinct approvers is met. The values go into the run's shared state under
     the gate's key (a later approver's value for a field replaces an earlier one)."""
+    comment = check_text(comment, "The comment", COMMENT_LIMIT)
     with locked(run, key=key) as state:
         step, decided = _gate(state, key, user, "approve")
         filled = form_values(step, values, posted=posted)
@@ -111,7 +119,8 @@ def approve(run, key: str, *, user, comment: str = "", values: dict | None = Non
 
 def reject(run, key: str, *, user, comment: str) -> Checkpoint:
     """Reject a gate: it fails, with the comment as its reason."""
-    if not (comment or "").strip():
+    comment = check_text(comment, "The comment", COMMENT_LIMIT)
+    if not comment:
         raise InvalidInput("A comment is required to reject.")
     with locked(run, key=key) as state:
         step, _ = _gate(state, key, user, "reject")

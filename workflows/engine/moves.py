@@ -31,6 +31,20 @@ def require_open(run: Run, action: str) -> None:
         raise IllegalTransition(f"Cannot {action}: run {run.pk} is {run.status}.")
 
 
+COMMENT_LIMIT = 5000  # a decision's comment
+REASON_LIMIT = 500  # why a step was skipped or a run cancelled
+
+
+def check_text(text: str, where: str, limit: int) -> str:
+    """A comment or reason as a person typed it: at most `limit` characters, no NUL."""
+    text = (text or "").strip()
+    if len(text) > limit:
+        raise InvalidInput(f"{where} is {len(text)} characters long; at most {limit}.")
+    if "\x00" in text:
+        raise InvalidInput(f"{where} has a NUL character; remove it and send again.")
+    return text
+
+
 def check_value(value, where: str) -> None:
     try:
         check_json(value, where)

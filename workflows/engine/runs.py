@@ -27,7 +27,14 @@ from ..models import (
 from ..params import FieldErrors, coerce
 from .commit import commit
 from .errors import IllegalTransition, InvalidInput, NotFound, NotPermitted
-from .moves import check_value, require_open, require_operator, require_requester_or_operator
+from .moves import (
+    REASON_LIMIT,
+    check_text,
+    check_value,
+    require_open,
+    require_operator,
+    require_requester_or_operator,
+)
 from .rows import actor_of, insert_steps, load, locked
 from .rules import SETTLED_STATUSES
 
@@ -198,6 +205,7 @@ def _open_run_with_key(spec_name: str, key: str) -> Run | None:
 
 def cancel_run(run, *, actor=None, reason: str = "") -> Checkpoint | None:
     """Cancel a run and its open steps. Cancelling a cancelled run changes nothing."""
+    reason = check_text(reason, "The reason", REASON_LIMIT)
     require_operator(actor, "cancel runs")
     with locked(run) as state:
         run = state.run

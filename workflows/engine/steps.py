@@ -16,7 +16,9 @@ from .commit import commit
 from .compensations import under_way
 from .errors import IllegalTransition, InvalidInput, NotFound
 from .moves import (
+    REASON_LIMIT,
     begin_attempt,
+    check_text,
     check_value,
     clear_lease,
     close_gate,
@@ -299,6 +301,7 @@ def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
 
     A gate is never skipped, whoever asks: only its approvers pass it, under its quorum.
     """
+    reason = check_text(reason, "The reason", REASON_LIMIT)
     with locked(run, key=key) as state:
         run = state.run
         step = state.step(key)
