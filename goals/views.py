@@ -8,6 +8,7 @@ from django.views.decorators.http import require_GET
 
 from tollgate.query import int_param
 from workflows.models import Run
+from workflows.permissions import readable_runs
 
 from .models import Goal, GoalStatus
 from .rollup import family_rollups, rollups
@@ -70,8 +71,8 @@ def goal_detail(request, pk: int):
     ancestors = Goal.objects.in_bulk(chain)
     children = list(goal.children.select_related("owner").order_by("title", "pk"))
     _with_family_rollups(goal, children)
-    runs = list(Run.objects.filter(goal=goal).select_related("spec", "requested_by")
-                .order_by("-created_at", "-id")[:50])
+    runs = list(readable_runs(request.user, Run.objects.filter(goal=goal))
+                .select_related("spec", "requested_by").order_by("-created_at", "-id")[:50])
     return render(request, "goals/goal_detail.html", {
         "goal": goal,
         "breadcrumbs": [ancestors[i] for i in reversed(chain) if i in ancestors],

@@ -240,6 +240,12 @@ else:
 TOLLGATE_LEASE_SECONDS = float(os.environ.get("TOLLGATE_LEASE_SECONDS", "30"))
 TOLLGATE_SWEEP_SECONDS = int(os.environ.get("TOLLGATE_SWEEP_SECONDS", "10"))
 # Dotted paths a spec's `callable` may name; an entry ending in ".*" allows a whole module.
+# Who reads runs (pages, outputs, params, state, audit exports, the API): "all" signed-in
+# people, or "involved": a run's requester, members of its gates' groups, operators
+# (operate_run), auditors (export_audit) and superusers.
+TOLLGATE_RUN_VISIBILITY = os.environ.get("TOLLGATE_RUN_VISIBILITY", "all")
+if TOLLGATE_RUN_VISIBILITY not in ("all", "involved"):
+    raise ValueError("TOLLGATE_RUN_VISIBILITY must be all or involved")
 # A run holds at most this many steps (a spec's and those added while it runs).
 TOLLGATE_MAX_STEPS_PER_RUN = int(os.environ.get("TOLLGATE_MAX_STEPS_PER_RUN", "1000"))
 TOLLGATE_CALLABLES = env_list("TOLLGATE_CALLABLES", "workflows.callables.*")

@@ -16,7 +16,7 @@ from tollgate.schemas import Day, Error, Id, Input, Key
 
 from . import engine, selectors
 from .models import Checkpoint, Run, RunStatus, SpecStatus, StepStatus
-from .permissions import can_change_specs
+from .permissions import can_change_specs, readable_runs
 from .recovery import recover_run
 from .selectors import resume_state
 from .specs import SpecError, set_spec_status, store_spec
@@ -28,8 +28,10 @@ StepStatusName = Literal[tuple(StepStatus.values)]
 SpecStatusName = Literal[tuple(SpecStatus.values)]
 
 
-def get_run(pk: int) -> Run:
-    run = Run.objects.select_related("spec", "goal", "requested_by").filter(pk=pk).first()
+def get_run(request, pk: int) -> Run:
+    """The run, if it exists and the caller may read it (else 404: not even that it exists)."""
+    run = (readable_runs(request.user).select_related("spec", "goal", "requested_by")
+           .filter(pk=pk).first())
     if run is None:
         raise Http404(f"Run {pk} does not exist.")
     return run
@@ -168,8 +170,8 @@ def checkpoint_out(c: Checkpoint, step_key: str | None = None) -> dict:
             "step_status": c.step_status, "evidence": c.evidence, "state_patch": c.state_patch}
 
 
-def fresh_run(pk: int, *, reused: bool = False) -> dict:
-    run = get_run(pk)
+def fresh_run(request, pk: int, *, reused: bool = False) -> dict:
+    run = get_run(request, pk)
     return run_out(run, steps=list(run.steps.order_by("index")), reused=reused)
 
 
@@ -247,7 +249,8 @@ def create_run(request, payload: RunIn):
                              idempotency_key=payload.idempotency_key,
                              shared_state=payload.shared_state, title=payload.title,
                              params=payload.params, priority=payload.priority)
-    return Status(200 if opened.reused else 201, fresh_run(opened.run.pk, reused=opened.reused))
+    return Status(200 if opened.reused else 201,
+                  fresh_run(request, opened.run.pk, reused=opened.reused))
 
 
 @router.get("/runs", response={200: RunPage, 400: Error, 401: Error}, summary="List runs")
@@ -266,28 +269,28 @@ def list_runs(request, status: RunStatusName | None = None,
         days[name] = selectors.parse_day(value or "")
         if value and days[name] is None:
             raise HttpError(400, f"{name}: {value!r} is not a date (YYYY-MM-DD).")
-    runs = selectors.runs(status=status or "", spec=spec or "", goal=goal, q=q,
-                          requester=requester, **days)
+    runs = readable_runs(request.user, selectors.runs(
+        status=status or "", spec=spec or "", goal=goal, q=q, requester=requester, **days))
     return {"count": runs.count(), "results": [run_out(r) for r in runs[offset:offset + limit]]}
 
 
 @router.get("/runs/{run_id}", response={200: RunOut, 400: Error, 401: Error, 404: Error},
          summary="A run with its steps")
 def get_run_detail(request, run_id: Id):
-    return fresh_run(run_id)
+    return fresh_run(request, run_id)
 
 
 @router.get("/runs/{run_id}/timeline", response={200: list[CheckpointOut], 400: Error,
                                                     401: Error, 404: Error},
          summary="The run's checkpoints, oldest first")
 def timeline(request, run_id: Id):
-    return [checkpoint_out(c) for c in selectors.timeline(get_run(run_id))]
+    return [checkpoint_out(c) for c in selectors.timeline(get_run(request, run_id))]
 
 
 @router.get("/runs/{run_id}/resume", response={200: ResumeOut, 400: Error, 401: Error, 404: Error},
          summary="Where the run stands and what would move it on")
 def resume(request, run_id: Id):
-    return resume_state(get_run(run_id))
+    return resume_state(get_run(request, run_id))
 
 
 @router.post("/runs/{run_id}/transition",
@@ -295,19 +298,20 @@ def resume(request, run_id: Id):
                     409: Error},
           summary="Report progress on a step the caller performs itself")
 def transition(request, run_id: Id, payload: TransitionIn):
-    run = get_run(run_id)
+    run = get_run(request, run_id)
     checkpoint = engine.record_transition(
         run, payload.step, actor=request.user, step_status=payload.step_status,
         summary=payload.summary, evidence=payload.evidence, state_patch=payload.state_patch)
-    return {"checkpoint": checkpoint_out(checkpoint, payload.step), "run": fresh_run(run.pk)}
+    return {"checkpoint": checkpoint_out(checkpoint, payload.step),
+            "run": fresh_run(request, run.pk)}
 
 
 @router.post("/runs/{run_id}/cancel", response={200: RunOut, 400: Error, 401: Error, 403: Error,
                                               404: Error, 409: Error}, summary="Cancel a run")
 def cancel(request, run_id: Id, payload: CancelIn | None = None):
-    run = get_run(run_id)
+    run = get_run(request, run_id)
     engine.cancel_run(run, actor=request.user, reason=payload.reason if payload else "")
-    return fresh_run(run.pk)
+    return fresh_run(request, run.pk)
 
 
 DECIDE = {200: RunOut, 400: Error, 401: Error, 403: Error, 404: Error, 409: Error}
@@ -316,30 +320,30 @@ DECIDE = {200: RunOut, 400: Error, 401: Error, 403: Error, 404: Error, 409: Erro
 @router.post("/runs/{run_id}/steps/{key}/approve", response=DECIDE,
              summary="Approve a gate (with its form's values, if it has a form)")
 def approve(request, run_id: Id, key: Key, payload: ApproveIn | None = None):
-    engine.approve(get_run(run_id), key, user=request.user,
+    engine.approve(get_run(request, run_id), key, user=request.user,
                    comment=payload.comment if payload else "",
                    values=payload.values if payload else None)
-    return fresh_run(run_id)
+    return fresh_run(request, run_id)
 
 
 @router.post("/runs/{run_id}/steps/{key}/reject", response=DECIDE,
           summary="Reject a gate (a comment is required)")
 def reject(request, run_id: Id, key: Key, payload: RejectIn):
-    engine.reject(get_run(run_id), key, user=request.user, comment=payload.comment)
-    return fresh_run(run_id)
+    engine.reject(get_run(request, run_id), key, user=request.user, comment=payload.comment)
+    return fresh_run(request, run_id)
 
 
 @router.post("/runs/{run_id}/steps/{key}/retry", response=DECIDE, summary="Retry a failed step")
 def retry(request, run_id: Id, key: Key):
-    engine.retry_step(get_run(run_id), key, actor=request.user)
-    return fresh_run(run_id)
+    engine.retry_step(get_run(request, run_id), key, actor=request.user)
+    return fresh_run(request, run_id)
 
 
 @router.post("/runs/{run_id}/steps/{key}/skip", response=DECIDE,
           summary="Skip a work step (a gate is never skipped)")
 def skip(request, run_id: Id, key: Key, payload: SkipIn):
-    engine.skip_step(get_run(run_id), key, actor=request.user, reason=payload.reason)
-    return fresh_run(run_id)
+    engine.skip_step(get_run(request, run_id), key, actor=request.user, reason=payload.reason)
+    return fresh_run(request, run_id)
 
 
 class VerdictOut(Schema):
@@ -357,15 +361,15 @@ class RecoverOut(Schema):
                                                  403: Error, 404: Error, 409: Error},
              summary="Check each running step now and reclaim those whose worker is gone")
 def recover(request, run_id: Id):
-    verdicts = recover_run(get_run(run_id), actor=request.user)
-    return {"checked": [vars(v) for v in verdicts], "run": fresh_run(run_id)}
+    verdicts = recover_run(get_run(request, run_id), actor=request.user)
+    return {"checked": [vars(v) for v in verdicts], "run": fresh_run(request, run_id)}
 
 
 @router.get("/runs/{run_id}/audit", response={200: dict[str, Any], 400: Error, 401: Error,
                                                404: Error},
             summary="The run's timeline and decisions, for the record")
 def run_audit(request, run_id: Id):
-    return selectors.run_audit(get_run(run_id))
+    return selectors.run_audit(get_run(request, run_id))
 
 
 class AddStepsIn(Input):
@@ -377,8 +381,8 @@ class AddStepsIn(Input):
                                                 404: Error, 409: Error},
              summary="Add steps to an open run (the requester or an operator)")
 def add_steps(request, run_id: Id, payload: AddStepsIn):
-    engine.add_steps(get_run(run_id), payload.steps, actor=request.user)
-    return Status(201, fresh_run(run_id))
+    engine.add_steps(get_run(request, run_id), payload.steps, actor=request.user)
+    return Status(201, fresh_run(request, run_id))
 
 
 # CSV, not JSON: kept out of the OpenAPI document, which describes JSON answers.
@@ -386,6 +390,6 @@ def add_steps(request, run_id: Id, payload: AddStepsIn):
 def run_audit_csv(request, run_id: Id):
     from tollgate.exports import csv_download
 
-    run = get_run(run_id)
+    run = get_run(request, run_id)
     header, rows = selectors.audit_rows(selectors.run_audit(run))
     return csv_download(rows, header, f"run-{run.pk}-audit.csv")

@@ -124,6 +124,37 @@ def runs_programs(definition: dict) -> bool:
     return False
 
 
+def sees_every_run(user) -> bool:
+    """Under TOLLGATE_RUN_VISIBILITY "all" (the default) everyone signed in reads every run;
+    under "involved" only operators, auditors and superusers do."""
+    from django.conf import settings
+
+    if settings.TOLLGATE_RUN_VISIBILITY == "all":
+        return is_person(user) and user.is_authenticated
+    return is_person(user) and user.is_authenticated and (
+        user.is_superuser or has(user, OPERATE) or has(user, "workflows.export_audit"))
+
+
+def readable_runs(user, runs: QuerySet | None = None) -> QuerySet:
+    """The runs this user may read (pages, outputs, params, state, audit, the API): all of
+    them, or under "involved" those they requested or that have a gate for their group."""
+    from .models import Run
+
+    runs = Run.objects.all() if runs is None else runs
+    if sees_every_run(user):
+        return runs
+    if not (is_person(user) and user.is_authenticated):
+        return runs.none()
+    gated = Step.objects.filter(kind="approval", approval_group__in=user.groups.values("name"))
+    return runs.filter(Q(requested_by=user) | Q(pk__in=gated.values("run_id")))
+
+
+def can_read_run(user, run) -> bool:
+    if sees_every_run(user):
+        return True
+    return readable_runs(user).filter(pk=run.pk).exists()
+
+
 def can_change_specs(user) -> bool:
     """Change specs, and so read their inline env values in clear."""
     return has(user, "workflows.change_workflowspec")

@@ -30,6 +30,7 @@ from .permissions import (
     can_skip,
     decidable_by,
     decide_refusal,
+    readable_runs,
 )
 from .recovery import recover_run
 
@@ -68,7 +69,8 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
     `refused` (gate key, {field: problem}), that gate's form shows what was posted and why
     it was refused.
     """
-    run = get_object_or_404(Run.objects.select_related("spec", "goal", "requested_by"), pk=run_id)
+    run = get_object_or_404(readable_runs(request.user).select_related(
+        "spec", "goal", "requested_by"), pk=run_id)
     steps = list(run.steps.order_by("index"))
     approvals = list(Approval.objects.filter(step__run=run).select_related("user"))
     whole = request.GET.get("timeline") == "all"
@@ -117,7 +119,8 @@ def run_detail(request, pk: int):
     if request.htmx:
         # Polling asks with the last checkpoint it has; nothing new means nothing to swap.
         seen = int_param(request.GET, "seq")
-        if seen is not None and Run.objects.filter(pk=pk, checkpoint_seq=seen).exists():
+        if seen is not None and readable_runs(request.user).filter(
+                pk=pk, checkpoint_seq=seen).exists():
             return HttpResponse(status=204)
         template += "#run-body"
     return render(request, template, run_context(request, pk))
@@ -139,6 +142,7 @@ def run_list(request):
             filters[key] = ""  # not a date: ignored, and not kept in the form
     runs = selectors.runs(status=filters["status"], spec=filters["spec"], goal=goal,
                           q=filters["q"], requester=filters["requester"], **days)
+    runs = readable_runs(request.user, runs)
     if filters["mine"]:
         runs = runs.filter(pk__in=decidable_by(request.user).values("run_id"))
     page = Paginator(runs, 25).get_page(request.GET.get("page"))
@@ -411,7 +415,7 @@ def start_run(request, name: str):
 @require_GET
 def run_audit(request, pk: int):
     """A run's timeline and decisions, as JSON or CSV (`?format=csv`)."""
-    run = get_object_or_404(Run, pk=pk)
+    run = get_object_or_404(readable_runs(request.user), pk=pk)
     audit = selectors.run_audit(run)
     if request.GET.get("format") == "csv":
         header, rows = selectors.audit_rows(audit)

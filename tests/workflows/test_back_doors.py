@@ -102,3 +102,45 @@ class TestWebInputMeetsTheAPIsLimits:
     def test_a_search_with_nul_is_no_500(self, people, client):
         client.force_login(people["bob"])
         assert client.get("/runs/", {"q": "a\x00b"}).status_code == 200
+
+
+class TestWhoReadsARun:
+    """One rule, on every entry point: TOLLGATE_RUN_VISIBILITY."""
+
+    @pytest.fixture
+    def involved(self, settings, release_spec, people):
+        settings.TOLLGATE_RUN_VISIBILITY = "involved"
+        run = engine.open_run(release_spec, actor=people["bob"], title="Bob's").run
+        return run
+
+    def readers(self, run, people, url):
+        seen = {}
+        for name, user in people.items():
+            client = Client()
+            client.force_login(user)
+            seen[name] = client.get(url.format(run=run.pk)).status_code
+        return seen
+
+    @pytest.mark.parametrize("url", ["/runs/{run}/", "/runs/{run}/audit/?format=csv"])
+    def test_pages_under_involved(self, involved, people, url):
+        # bob requested it, carol is in qa (its gate's group), alice operates; erin and dave
+        # have nothing to do with it.
+        assert self.readers(involved, people, url) == {
+            "alice": 200, "bob": 200, "carol": 200, "erin": 404, "dave": 404}
+
+    def test_the_api_and_the_lists_under_involved(self, involved, people):
+        for name, expected in {"bob": 200, "erin": 404}.items():
+            client = api(people[name])
+            for path in ("", "/timeline", "/resume", "/audit"):
+                assert client.get(f"/api/runs/{involved.pk}{path}").status_code == expected
+            listed = [r["id"] for r in client.get("/api/runs").json()["results"]]
+            assert (involved.pk in listed) == (expected == 200)
+        for name, listed in {"bob": True, "erin": False}.items():
+            browser = Client()
+            browser.force_login(people[name])
+            page = browser.get("/runs/").content.decode()
+            assert (f'href="/runs/{involved.pk}/"' in page) == listed
+
+    def test_everyone_signed_in_reads_every_run_by_default(self, release_spec, people):
+        run = engine.open_run(release_spec, actor=people["bob"]).run
+        assert set(self.readers(run, people, "/runs/{run}/").values()) == {200}
