@@ -153,6 +153,31 @@ def command_env(action: dict, context: dict, state_file: Path, patch_file: Path,
 SUPERVISOR = Path(__file__).with_name("supervise.py")
 
 
+class Lifeline:
+    """The write end of a supervisor's lifeline: held open while the worker lives; each
+    renewal of the lease writes the new fence time on it. Writable from the lease keeper's
+    thread while the worker's thread may close it."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd: int | None = fd
+        self.lock = threading.Lock()
+
+    def fence(self, at: float) -> None:
+        with self.lock:
+            if self.fd is None:
+                return
+            try:
+                os.write(self.fd, f"{at:.3f}\n".encode())
+            except OSError:
+                pass  # the supervisor has gone; its result says why
+
+    def close(self) -> None:
+        with self.lock:
+            if self.fd is not None:
+                os.close(self.fd)
+                self.fd = None
+
+
 def read_capped(path: Path, cap: int) -> tuple[str, int]:
     """(head and tail of a file within `cap` bytes, with a marker for what was cut; its size)."""
     buffer = CappedBuffer(cap)
@@ -218,11 +243,15 @@ def run_process(action: dict, *, context: dict, shared_state: dict, stop: thread
                 os.chown(path, user.pw_uid, user.pw_gid)
             home = user.pw_dir if os.path.isdir(user.pw_dir) else str(io)
             clean.update(HOME=home, USER=user.pw_name, LOGNAME=user.pw_name)
+        fence_at = stop.fence_at() if hasattr(stop, "fence_at") else None
         descriptor = os.open(work / "spec.json", os.O_WRONLY | os.O_CREAT, 0o600)
         with os.fdopen(descriptor, "w") as handle:
             json.dump({"argv": argv, "cwd": action.get("cwd") or (str(io) if user else None),
-                       "env": clean, "user": user.pw_name if user else None}, handle)
+                       "env": clean, "user": user.pw_name if user else None,
+                       "fence_at": fence_at,
+                       "fence_grace": getattr(stop, "fence_grace", None)}, handle)
         lifeline, keep = os.pipe()
+        line = Lifeline(keep)
         try:
             # The supervisor starts with the command's clean environment, not the worker's:
             # a command can read its parent's /proc/PID/environ.
@@ -232,11 +261,17 @@ def run_process(action: dict, *, context: dict, shared_state: dict, stop: thread
                 stderr=subprocess.DEVNULL, start_new_session=True, env=clean)
         finally:
             os.close(lifeline)
+        if hasattr(stop, "attach"):
+            stop.attach(line)  # each renewal of the lease moves the supervisor's fence
         try:
             reason = _wait(supervisor, work, action.get("timeout_seconds"), stop, on_spawn)
         finally:
-            os.close(keep)
+            if hasattr(stop, "detach"):
+                stop.detach(line)
+            line.close()
         result = _read_json(work / "result.json") or {}
+        if not reason and result.get("stopped") == "fenced":
+            reason = "fenced"  # the supervisor stopped it: the lease ran out unrenewed
         if result.get("error") and result.get("exit_code") is None and "pid" not in result:
             return Outcome(False, redact(f"Could not start {argv[0]!r}: {result['error']}",
                                          secrets), {"argv": [redact(a, secrets) for a in argv]})

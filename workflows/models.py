@@ -190,6 +190,8 @@ class HeldByProcess(models.Model):
 
     holder_host = models.CharField(max_length=200, blank=True)
     holder_boot_id = models.CharField(max_length=36, blank=True)
+    # The holder's pid namespace: pids (and the holder's liveness) mean something only there.
+    holder_pidns = models.CharField(max_length=40, blank=True)
     holder_pid = models.PositiveIntegerField(null=True, blank=True)
     holder_started = models.PositiveBigIntegerField(null=True, blank=True)
 

@@ -36,14 +36,15 @@ def recover_run(run: Run | int, *, actor) -> list[Verdict]:
             verdicts.append(Verdict(step.key, "none", "left alone: an agent reports it"))
             continue
         state = processes.holder_state(step.holder_host, step.holder_boot_id, step.holder_pid,
-                                       step.holder_started)
+                                       step.holder_started, step.holder_pidns)
         if state == processes.ALIVE:
             verdicts.append(Verdict(step.key, state, "left alone: its worker is alive"))
             continue
         if state == processes.UNKNOWN:
             verdicts.append(Verdict(step.key, state, "left alone: its worker is on another "
-                                                     "machine; the sweeper reclaims it after "
-                                                     "its lease and kill grace"))
+                                                     "machine or in another container; the "
+                                                     "sweeper reclaims it after its lease "
+                                                     "and kill grace"))
             continue
         _kill_leftovers(step)
         # The holder is gone: its lease is void now, not when it would have run out.
@@ -59,7 +60,8 @@ def recover_run(run: Run | int, *, actor) -> list[Verdict]:
 
 def _kill_leftovers(step: Step) -> None:
     """A command whose worker and supervisor both died could still run: stop its group."""
-    if step.child_pgid and step.holder_boot_id == processes.boot_id():
+    # Never a process group recorded in another pid namespace: there it names another group.
+    if step.child_pgid and processes.local(step.holder_boot_id, step.holder_pidns):
         try:
             os.killpg(step.child_pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

@@ -7,6 +7,11 @@ DIR/child.json with the command's pid and process group. Then:
 
 - the pipe reaches end-of-file (the worker process died, by any signal, SIGKILL included): the
   command's whole tree is stopped at once (SIGTERM, then SIGKILL within half a second);
+- the lease runs out unrenewed: each time the worker renews the step's lease in the database
+  it writes on the pipe the monotonic time by which the command must be stopped (a little
+  before the lease ends); when that time passes with no newer one (the worker is frozen, cut
+  off or slow), the tree is stopped ("fenced"). So after the lease nothing of the attempt
+  runs, whether the worker is dead, frozen or alive on another machine;
 - SIGTERM from the worker (cancelled, timed out, lease lost or fenced): the tree gets SIGTERM,
   then SIGKILL after GRACE seconds;
 - the command exits: whatever it left behind (its process group, and grandchildren that left
@@ -61,6 +66,9 @@ class Supervisor:
         self.status: int | None = None  # the command's wait status, once reaped
         self.stopped = ""
         self.term_requested = False
+        self.fence_at: float | None = None  # time.monotonic() by which to stop, if leased
+        self.fence_grace = grace
+        self.pending = b""
 
     def path(self, name: str) -> str:
         return os.path.join(self.workdir, name)
@@ -68,6 +76,8 @@ class Supervisor:
     def start(self) -> None:
         with open(self.path("spec.json")) as handle:
             spec = json.load(handle)
+        self.fence_at = spec.get("fence_at")
+        self.fence_grace = min(self.grace, spec.get("fence_grace") or self.grace)
         with open(self.path("stdout"), "wb") as out, open(self.path("stderr"), "wb") as err:
             # As another account when the worker is set to (TOLLGATE_COMMAND_USER): its own
             # uid, its group, no supplementary groups of the worker's.
@@ -155,9 +165,13 @@ class Supervisor:
         self.start()
         while self.status is None:
             readable, _, _ = select.select([self.lifeline], [], [], 0.05)
-            if readable and not os.read(self.lifeline, 1):
+            if readable and not self.hear():
                 self.stopped = "owner_gone"
                 self.stop_tree(OWNER_GONE_GRACE)
+                break
+            if self.fence_at is not None and time.monotonic() >= self.fence_at:
+                self.stopped = "fenced"
+                self.stop_tree(self.fence_grace)
                 break
             if self.term_requested:
                 self.stopped = "stopped"
@@ -172,6 +186,20 @@ class Supervisor:
             "exit_code": code if code >= 0 else None,
             "signal": -code if code < 0 else None,
             "stopped": self.stopped, "pid": self.proc.pid, "pgid": self.pgid})
+
+    def hear(self) -> bool:
+        """Read what the worker wrote: each line a new fence time. False at end-of-file."""
+        data = os.read(self.lifeline, 4096)
+        if not data:
+            return False
+        self.pending += data
+        *lines, self.pending = self.pending.split(b"\n")
+        for line in lines:
+            try:
+                self.fence_at = float(line)
+            except ValueError:
+                pass
+        return True
 
     def on_term(self, signum, frame) -> None:
         self.term_requested = True

@@ -42,7 +42,7 @@ class SweepReport:
 
 
 HOLDER_FIELDS = ("pk", "run_id", "lease_expires_at", "holder_host", "holder_boot_id",
-                 "holder_pid", "holder_started", "overdue_noted_at")
+                 "holder_pidns", "holder_pid", "holder_started", "overdue_noted_at")
 
 
 def expired_leases(now, limit: int) -> list[dict]:
@@ -54,7 +54,7 @@ def expired_leases(now, limit: int) -> list[dict]:
 def holder_gone(row: dict, now) -> tuple[bool, str]:
     """(may the lease be reclaimed now, what the holder's state is)."""
     state = processes.holder_state(row["holder_host"], row["holder_boot_id"], row["holder_pid"],
-                                   row["holder_started"])
+                                   row["holder_started"], row["holder_pidns"])
     if state == processes.UNKNOWN:
         grace = timedelta(seconds=settings.TOLLGATE_KILL_GRACE_SECONDS)
         return row["lease_expires_at"] + grace < now, state
@@ -129,7 +129,7 @@ def recover_compensations(now, limit: int) -> int:
     expired = (Compensation.objects.filter(status=CompensationStatus.RUNNING,
                                            lease_expires_at__lt=now)
                .values("pk", "run_id", "lease_expires_at", "holder_host", "holder_boot_id",
-                       "holder_pid", "holder_started")[:limit])
+                       "holder_pidns", "holder_pid", "holder_started")[:limit])
     for row in expired:
         try:
             if holder_gone(row, now)[0] and engine.release_compensation(row["pk"]):

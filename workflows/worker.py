@@ -35,14 +35,45 @@ def worker_name() -> str:
 
 
 class Stop(threading.Event):
-    """Set when the attempt must stop; `reason` says why ("stopped" or "fenced")."""
+    """Set when the attempt must stop; `reason` says why ("stopped" or "fenced").
+
+    It also carries the lease to a command's supervisor: `fence_at()` is the monotonic time
+    by which the command must have stopped unless the lease is renewed, a margin before the
+    lease ends; each renewal tells the attached lifelines the new time."""
 
     reason = ""
+
+    def __init__(self, seconds: float, lease_end: float) -> None:
+        super().__init__()
+        # Stop a little before the lease ends: the database's end is a little earlier than
+        # ours (it was set before we heard of it), and stopping a tree takes a moment.
+        self.margin = min(max(seconds * 0.2, 0.4), 5.0)
+        self.fence_grace = self.margin / 2
+        self.lease_end = lease_end
+        self.lock = threading.Lock()
+        self.lifelines: list = []
 
     def stop(self, reason: str) -> None:
         if not self.is_set():
             self.reason = reason
             self.set()
+
+    def fence_at(self) -> float:
+        return self.lease_end - self.margin
+
+    def renewed(self, lease_end: float) -> None:
+        with self.lock:
+            self.lease_end = lease_end
+            for line in self.lifelines:
+                line.fence(self.fence_at())
+
+    def attach(self, line) -> None:
+        with self.lock:
+            self.lifelines.append(line)
+
+    def detach(self, line) -> None:
+        with self.lock:
+            self.lifelines.remove(line)
 
 
 @dataclass
@@ -64,16 +95,19 @@ class LeaseKeeper:
         self.thread: threading.Thread | None = None
         self.pid = os.getpid()
 
-    def hold(self, kind: str, pk: int, token: str, seconds: float, renew=None) -> Stop:
-        stop = Stop()
+    def hold(self, kind: str, pk: int, token: str, seconds: float, renew=None,
+             since: float | None = None) -> Stop:
+        """Keep renewing a lease taken at `since` (time.monotonic() before the claim)."""
+        since = time.monotonic() if since is None else since
+        stop = Stop(seconds, since + seconds)
         with self.lock:
             if self.thread is None or not self.thread.is_alive() or self.pid != os.getpid():
                 self.pid = os.getpid()
                 self.thread = threading.Thread(target=self.run, name="lease-keeper",
                                                daemon=True)
                 self.thread.start()
-            self.leases[(kind, pk)] = Lease(token, seconds, stop, time.monotonic() + seconds,
-                                            renew, (kind, pk))
+            self.leases[(kind, pk)] = Lease(token, seconds, stop, since + seconds, renew,
+                                            (kind, pk))
         return stop
 
     def release(self, kind: str, pk: int) -> None:
@@ -107,11 +141,14 @@ class LeaseKeeper:
             for pk, lease in steps.items():
                 if pk in kept:
                     lease.expires = now + seconds
+                    lease.stop.renewed(lease.expires)
                 else:
                     lease.stop.stop("stopped")  # swept, cancelled, or finished elsewhere
             for lease in others:
+                began = time.monotonic()
                 if lease.renew(lease.key[1], lease.token, lease.seconds):
-                    lease.expires = now + lease.seconds
+                    lease.expires = began + lease.seconds
+                    lease.stop.renewed(lease.expires)
                 else:
                     lease.stop.stop("stopped")
         except DatabaseError:
@@ -156,10 +193,12 @@ def work(budget: float | None = None) -> int:
             if engine.claimable_exists():
                 dispatch.wake(1)
             return ran
+        since = time.monotonic()  # the lease in the database ends no later than this + S
         step = engine.claim_next(owner=owner, holder=processes.this_process(),
                                  lease_seconds=settings.TOLLGATE_LEASE_SECONDS)
         if step is None:
             return ran
+        step.claimed_since = since
         ran += len(_execute(step, owner, deadline))
 
 
@@ -167,9 +206,11 @@ def run_step(step_id: int) -> str:
     """Claim and execute one given step (and the steps its completions hand this worker);
     returns the kind of the last checkpoint, for logs and tests."""
     owner = worker_name()
+    since = time.monotonic()
     try:
         step = engine.claim_step(step_id, owner=owner, holder=processes.this_process(),
                                  lease_seconds=settings.TOLLGATE_LEASE_SECONDS)
+        step.claimed_since = since
     except engine.NotFound:
         return "missing"
     except engine.WorkflowError as exc:
@@ -196,7 +237,8 @@ def _execute_one(step: Step, owner: str, chain: bool = True):
     context = {"run_id": step.run_id, "step_key": step.key, "attempt": step.attempt,
                "params": step.run.params}
     token = step.lease_token
-    stop = KEEPER.hold("step", step.pk, token, settings.TOLLGATE_LEASE_SECONDS)
+    stop = KEEPER.hold("step", step.pk, token, settings.TOLLGATE_LEASE_SECONDS,
+                       since=getattr(step, "claimed_since", None))
 
     def spawned(pid: int, pgid: int) -> None:
         try:
@@ -224,8 +266,12 @@ def _report_outcome(step: Step, token: str, owner: str, outcome, chain: bool):
     else:
         report_call = partial(engine.fail_step, step.run_id, step.key,
                               retryable=outcome.retryable, **common)
+    since = time.monotonic()  # a step chained onto this report is claimed after this
     try:
-        return report(report_call, what=f"step {step.pk}")
+        checkpoint = report(report_call, what=f"step {step.pk}")
+        if getattr(checkpoint, "next_step", None) is not None:
+            checkpoint.next_step.claimed_since = since
+        return checkpoint
     except engine.InvalidInput as exc:  # e.g. a state patch the database cannot store
         common["summary"] = f"Result refused: {exc}"
         return report(partial(engine.fail_step, step.run_id, step.key, retryable=False,
@@ -236,12 +282,14 @@ def compensate_run(run_id: int) -> list[str]:
     """Run the failed run's compensations one at a time, latest completed step first."""
     done = []
     while True:
+        since = time.monotonic()
         row = compensations.claim(run_id, owner=worker_name(), holder=processes.this_process(),
                                   lease_seconds=settings.TOLLGATE_LEASE_SECONDS)
         if row is None:
             return done
         stop = KEEPER.hold("compensation", row.pk, row.lease_token,
-                           settings.TOLLGATE_LEASE_SECONDS, renew=compensations.renew)
+                           settings.TOLLGATE_LEASE_SECONDS, renew=compensations.renew,
+                           since=since)
         try:
             context = {"run_id": run_id, "step_key": row.step.key, "attempt": row.attempt,
                        "params": row.run.params, "compensating": True}

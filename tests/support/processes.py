@@ -37,12 +37,33 @@ def port_open(port: int) -> bool:
         return False
 
 
-def start_consumer(env: dict, *, workers: int = 2, log=subprocess.DEVNULL) -> subprocess.Popen:
-    """`manage.py run_huey` with thread workers, in a session of its own."""
-    return subprocess.Popen(
-        [sys.executable, "manage.py", "run_huey", "--workers", str(workers),
-         "--worker-type", "thread"],
-        cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True)
+# A container's view of the machine: its own pid and UTS namespaces (root only).
+CONTAINER = ("unshare", "--pid", "--uts", "--fork", "--mount-proc", "--kill-child")
+
+
+def start_consumer(env: dict, *, workers: int = 2, log=subprocess.DEVNULL,
+                   container: str = "") -> subprocess.Popen:
+    """`manage.py run_huey` with thread workers, in a session of its own; with `container`
+    (a host name), in pid and UTS namespaces of its own, as a container on this node."""
+    command = [sys.executable, "manage.py", "run_huey", "--workers", str(workers),
+               "--worker-type", "thread"]
+    if container:
+        command = [*CONTAINER, "sh", "-c", 'hostname "$0" && exec "$@"', container, *command]
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log,
+                            start_new_session=True)
+
+
+def inner_pid(outer: int, timeout: float = 10) -> int:
+    """The consumer's pid, seen from here, inside the namespaces `unshare` made: its child's."""
+    def child():
+        try:
+            with open(f"/proc/{outer}/task/{outer}/children") as handle:
+                pids = handle.read().split()
+        except OSError:
+            return None
+        return int(pids[0]) if pids else None
+
+    return wait_for(child, timeout, 0.02, what="the namespaced consumer")
 
 
 def start_gunicorn(env: dict, port: int, *, workers: int = 2) -> subprocess.Popen:

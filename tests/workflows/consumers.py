@@ -9,7 +9,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
-from ..support.processes import ROOT, start_consumer, stop, wait_for
+from ..support.processes import ROOT, inner_pid, start_consumer, stop, wait_for
 
 __all__ = ["ROOT", "Consumer", "consumer_env", "database_url", "wait_for"]
 
@@ -46,9 +46,13 @@ def consumer_env(**extra: str) -> dict[str, str]:
 class Consumer:
     """One consumer process; stopped (SIGINT, then SIGKILL) when the test ends."""
 
-    def __init__(self, workers: int = 2, log: Path | None = None, **env: str):
+    def __init__(self, workers: int = 2, log: Path | None = None, container: str = "",
+                 **env: str):
         self.log = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
-        self.proc = start_consumer(consumer_env(**env), workers=workers, log=self.log)
+        self.proc = start_consumer(consumer_env(**env), workers=workers, log=self.log,
+                                   container=container)
+        # The consumer process itself, as this test sees it (in a container: unshare's child).
+        self.pid = inner_pid(self.proc.pid) if container else self.proc.pid
 
     def kill(self) -> None:
         """SIGKILL: no signal handler runs, whatever it held is lost."""

@@ -18,7 +18,7 @@ from workflows.recovery import recover_run
 from workflows.specs import store_spec
 
 from ..conftest import make_user
-from ..support.attempts import logged_shell, overlaps, ran_to_the_end
+from ..support.attempts import logged_shell, overlaps, ran_to_the_end, read
 from .consumers import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.consumer]
@@ -84,25 +84,79 @@ def test_grandchildren_end_with_their_step_and_cannot_hold_it_open(consumers, tm
     assert Step.objects.get(run=run).last_evidence["stdout"] == "hi\n"
 
 
-def test_a_frozen_consumer_keeps_its_step_and_no_second_attempt_starts(consumers, tmp_path):
+def last_tick(log: Path) -> float:
+    return max((a["last"] for attempts in read(log).values() for a in attempts), default=0.0)
+
+
+def test_a_frozen_consumer_s_command_is_fenced_before_its_lease_ends(consumers, tmp_path):
+    """Frozen on this machine (alive, so never reclaimed): its supervisor stops the command
+    a margin before the lease it last renewed runs out; thawed, it reports the attempt as
+    fenced and the step runs again, never two attempts at once."""
     log = tmp_path / "attempts.log"
     frozen = consumers(workers=1)
-    run = engine.open_run(one_step("frozen", logged_shell(log, 3), max_retries=1)).run
-    running_step(run)
+    run = engine.open_run(one_step("frozen", logged_shell(log, 6), max_retries=1)).run
+    step = running_step(run)
     consumers(workers=1)  # a healthy consumer, with its own sweeper, stands by
-    os.kill(frozen.proc.pid, signal.SIGSTOP)
+    os.kill(frozen.pid, signal.SIGSTOP)
     try:
-        time.sleep(4)  # twice the lease
+        wait_for(lambda: not alive(step.child_pid), 5, 0.05, what="the fenced command to stop")
+        lease_end = Step.objects.get(pk=step.pk).lease_expires_at.timestamp()
+        assert last_tick(log) < lease_end  # stopped before the lease ran out
+        time.sleep(2)
         sweeper.sweep()
-        step = Step.objects.get(run=run)
-        assert step.status == "running" and step.attempt == 1
-        notes = Checkpoint.objects.filter(run=run, kind="lease_overdue")
-        assert notes.count() == 1 and "holder alive" in notes.get().get_kind_display()
+        held = Step.objects.get(run=run)
+        assert held.status == "running" and held.attempt == 1  # its holder lives: not reclaimed
     finally:
-        os.kill(frozen.proc.pid, signal.SIGCONT)
-    assert wait_for(lambda: finished(run), 20, what="the run to finish") == "completed"
-    assert Step.objects.get(run=run).attempt == 1
+        os.kill(frozen.pid, signal.SIGCONT)
+    assert wait_for(lambda: finished(run), 30, what="the run to finish") == "completed"
+    assert Step.objects.get(run=run).attempt == 2
+    assert Checkpoint.objects.filter(run=run, kind="step_retrying",
+                                     summary__contains="fenced").exists()
     assert overlaps(log) == [] and list(ran_to_the_end(log).values()) == [1]
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="containers need root (unshare)")
+
+
+@needs_root
+def test_a_live_worker_in_another_container_is_never_judged_gone(consumers, tmp_path, people):
+    """One node, one boot id, another pid namespace: its pids mean nothing here. Neither the
+    sweeper nor recover declares it gone or signals its process group."""
+    log = tmp_path / "attempts.log"
+    boxed = consumers(workers=1, container="box-a", TOLLGATE_LEASE_SECONDS="3")
+    run = engine.open_run(one_step("boxed", logged_shell(log, 3))).run
+    step = running_step(run)
+    assert step.holder_host == "box-a" and step.holder_pidns
+    assert step.holder_pidns != processes.pid_namespace()
+    assert step.holder_boot_id == processes.boot_id()
+    verdicts = recover_run(run, actor=people["alice"])
+    assert [(v.step, v.holder) for v in verdicts] == [("work", "unknown")]
+    assert sweeper.sweep().expired == 0
+    assert wait_for(lambda: finished(run), 30, what="the run to finish") == "completed"
+    assert Step.objects.get(run=run).attempt == 1 and overlaps(log) == []
+    assert boxed.proc.poll() is None
+
+
+@needs_root
+def test_a_frozen_worker_elsewhere_is_reclaimed_after_its_lease_without_overlap(consumers,
+                                                                                tmp_path):
+    """Frozen in another container (as on another machine): it cannot be checked, so it is
+    reclaimed after its lease and the kill grace; its supervisor had stopped the command
+    before the lease ended, so the next attempt overlaps nothing."""
+    log = tmp_path / "attempts.log"
+    frozen = consumers(workers=1, container="box-b", TOLLGATE_LEASE_SECONDS="3")
+    run = engine.open_run(one_step("elsewhere", logged_shell(log, 6), max_retries=1)).run
+    step = running_step(run)
+    os.kill(frozen.pid, signal.SIGSTOP)
+    try:
+        consumers(workers=1, TOLLGATE_LEASE_SECONDS="3")
+        assert wait_for(lambda: finished(run), 40, what="the run to finish") == "completed"
+        retried = Checkpoint.objects.get(run=run, kind="step_retrying")
+        assert "could not be checked" in retried.summary and "box-b" in retried.summary
+        assert Step.objects.get(pk=step.pk).attempt == 2
+        assert overlaps(log) == [] and list(ran_to_the_end(log).values()) == [1]
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
 
 
 def test_a_dead_holder_is_reclaimed_and_attempts_never_overlap(consumers, tmp_path):

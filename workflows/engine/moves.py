@@ -85,6 +85,7 @@ def fail_for_good(run: Run, step: Step, now, summary: str, error: str = "") -> N
 def set_holder(row, holder) -> None:
     """Record the consumer process that holds a leased attempt (a `processes.Holder`)."""
     row.holder_host, row.holder_boot_id = holder.host[:200], holder.boot_id
+    row.holder_pidns = holder.pidns[:40]
     row.holder_pid, row.holder_started = holder.pid, holder.started
 
 
@@ -93,7 +94,7 @@ def clear_lease(step: Step) -> None:
     step.lease_owner = ""
     step.lease_token = ""
     step.lease_expires_at = None
-    step.holder_host = step.holder_boot_id = ""
+    step.holder_host = step.holder_boot_id = step.holder_pidns = ""
     step.holder_pid = step.holder_started = step.child_pid = step.child_pgid = None
     step.overdue_noted_at = None
 

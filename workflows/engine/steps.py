@@ -11,6 +11,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from .. import processes
 from ..models import Checkpoint, CheckpointKind, RunStatus, Step, StepKind, StepStatus
 from .commit import commit
 from .compensations import under_way
@@ -452,6 +453,10 @@ def _expire(state: RunState, step, actor, why: str = "") -> Checkpoint | None:
     evidence = {"lease_owner": owner, "expired_at": step.lease_expires_at.isoformat(),
                 "holder": {"host": step.holder_host, "pid": step.holder_pid},
                 "child": {"pid": step.child_pid, "pgid": step.child_pgid}}
+    if not why and not processes.local(step.holder_boot_id, step.holder_pidns):
+        why = (f"Lease of {owner or 'its worker'} expired and was not renewed within the kill "
+               f"grace; its worker (on {step.holder_host or 'another machine'}, another "
+               "machine or container) could not be checked and has stopped its command")
     return _fail(state, step, actor or (f"sweeper ({owner})" if owner else "sweeper"),
                  why or f"Lease of {owner or 'its worker'} expired; the worker is gone",
                  evidence)
