@@ -259,6 +259,9 @@ TOLLGATE_SECRETS_DIR = os.environ.get("TOLLGATE_SECRETS_DIR", "")
 # Run commands as this operating-system user (the worker must be root or hold CAP_SETUID), so
 # a command cannot read the worker's memory, environment or files. Empty: the worker's user.
 TOLLGATE_COMMAND_USER = os.environ.get("TOLLGATE_COMMAND_USER", "")
+# One folder per running command's attempt; its result is kept there until it is recorded.
+# Keep it on a disk that survives the consumer (not a tmpfs that a container loses).
+TOLLGATE_SPOOL_DIR = os.environ.get("TOLLGATE_SPOOL_DIR", str(VAR_DIR / "spool"))
 TOLLGATE_COMMAND_ENV = env_list("TOLLGATE_COMMAND_ENV", "PATH,HOME,LANG,LC_ALL,TZ,TMPDIR")
 TOLLGATE_OUTPUT_CAP = int(os.environ.get("TOLLGATE_OUTPUT_CAP", str(64 * 1024)))
 # Ring doorbells on Huey for newly ready steps after each transition commits.

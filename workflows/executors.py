@@ -17,6 +17,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from . import spool
 from .params import env_name
 from .specs import allowed_callable
 
@@ -31,6 +32,7 @@ class Outcome:
     evidence: dict = field(default_factory=dict)
     state_patch: dict = field(default_factory=dict)
     retryable: bool = True
+    spooled: Path | None = None  # the attempt's folder, kept until its result is recorded
 
 
 class CappedBuffer:
@@ -56,6 +58,11 @@ class CappedBuffer:
                 self.tail_size -= len(self.tail.popleft())
 
     def text(self) -> str:
+        """The kept bytes as text: invalid UTF-8 and NUL (which no database column takes)
+        become U+FFFD."""
+        return self._text().replace("\x00", "\ufffd")
+
+    def _text(self) -> str:
         tail = b"".join(self.tail)[-self.half:] if self.tail else b""
         cut = self.total - len(self.head) - len(tail)
         head = self.head.decode("utf-8", "replace")
@@ -223,84 +230,126 @@ def run_process(action: dict, *, context: dict, shared_state: dict, stop: thread
     except KeyError:
         return Outcome(False, f"TOLLGATE_COMMAND_USER {settings.TOLLGATE_COMMAND_USER!r} is "
                               "not an account on this worker")
-    with tempfile.TemporaryDirectory(prefix="tollgate-") as tmp:
-        work = Path(tmp)
-        # The command's own files live in io/; the supervisor's (spec, child, result) stay
-        # in the worker's folder, out of reach of a command run as another user.
-        io = work / "io"
-        io.mkdir(mode=0o700)
-        state_file, patch_file = io / "state.json", io / "state_patch.json"
-        # The run's shared state, and its params (read-only) under "params" when it has any.
-        params = context.get("params")
-        state_file.write_text(json.dumps({**shared_state, "params": params} if params
-                                         else shared_state))
-        secrets = secret_values(env)
-        argv = ["/bin/sh", "-c", action["shell"]] if "shell" in action else action["command"]
-        clean = command_env(action, context, state_file, patch_file, env)
-        if user:
-            os.chmod(work, 0o711)  # the command may pass through to io/, not list or read
-            for path in (io, state_file):
-                os.chown(path, user.pw_uid, user.pw_gid)
-            home = user.pw_dir if os.path.isdir(user.pw_dir) else str(io)
-            clean.update(HOME=home, USER=user.pw_name, LOGNAME=user.pw_name)
-        fence_at = stop.fence_at() if hasattr(stop, "fence_at") else None
-        descriptor = os.open(work / "spec.json", os.O_WRONLY | os.O_CREAT, 0o600)
-        with os.fdopen(descriptor, "w") as handle:
-            json.dump({"argv": argv, "cwd": action.get("cwd") or (str(io) if user else None),
-                       "env": clean, "user": user.pw_name if user else None,
-                       "fence_at": fence_at,
-                       "fence_grace": getattr(stop, "fence_grace", None)}, handle)
-        lifeline, keep = os.pipe()
-        line = Lifeline(keep)
-        try:
-            # The supervisor starts with the command's clean environment, not the worker's:
-            # a command can read its parent's /proc/PID/environ.
-            supervisor = subprocess.Popen(
-                [sys.executable, "-I", str(SUPERVISOR), str(lifeline), tmp, str(grace)],
-                pass_fds=(lifeline,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True, env=clean)
-        finally:
-            os.close(lifeline)
-        if hasattr(stop, "attach"):
-            stop.attach(line)  # each renewal of the lease moves the supervisor's fence
-        try:
-            reason = _wait(supervisor, work, action.get("timeout_seconds"), stop, on_spawn)
-        finally:
-            if hasattr(stop, "detach"):
-                stop.detach(line)
-            line.close()
-        result = _read_json(work / "result.json") or {}
-        if not reason and result.get("stopped") == "fenced":
-            reason = "fenced"  # the supervisor stopped it: the lease ran out unrenewed
-        if result.get("error") and result.get("exit_code") is None and "pid" not in result:
-            return Outcome(False, redact(f"Could not start {argv[0]!r}: {result['error']}",
-                                         secrets), {"argv": [redact(a, secrets) for a in argv]})
-        stdout, stdout_bytes = read_capped(work / "stdout", cap)
-        stderr, stderr_bytes = read_capped(work / "stderr", cap)
-        evidence = {
-            "exit_code": result.get("exit_code"),
-            "stdout": redact(stdout, secrets), "stderr": redact(stderr, secrets),
-            "stdout_bytes": stdout_bytes, "stderr_bytes": stderr_bytes,
-            "pid": result.get("pid"), "pgid": result.get("pgid"),
-        }
-        if result.get("signal"):
-            evidence["signal"] = result["signal"]
-        if reason == "timed_out":
-            evidence["timed_out"] = True
-            return Outcome(False, f"Timed out after {action['timeout_seconds']}s; process "
-                                  "tree terminated", evidence)
-        if reason:
-            evidence["terminated"] = reason
-            return Outcome(False, STOP_SUMMARIES.get(reason, STOP_SUMMARIES["stopped"]),
-                           evidence, retryable=reason == "fenced")
-        if result.get("exit_code") != 0:
-            how = (f"signal {result['signal']}" if result.get("signal")
-                   else f"status {result.get('exit_code')}")
-            return Outcome(False, f"Exited with {how}", evidence)
-        patch, problem = read_patch(patch_file)
-        if problem:
-            return Outcome(False, problem, evidence)
-        return Outcome(True, "Exited with status 0", evidence, redact_value(patch, secrets))
+    lease = context.get("lease")
+    try:
+        work = spool.open_folder(lease) if lease else Path(tempfile.mkdtemp(prefix="tollgate-"))
+    except OSError as exc:
+        return Outcome(False, f"Could not make the attempt's folder: {exc.strerror or exc}")
+    try:
+        outcome = _run_in(work, action, env, user, context, shared_state, stop, grace, cap,
+                          on_spawn)
+    except OSError as exc:  # a full or broken disk: the attempt ends, saying so
+        outcome = Outcome(False, f"Could not prepare or read the command's files: "
+                                 f"{exc.strerror or exc}")
+    if lease and (work / "result.json").exists():
+        outcome.spooled = work  # kept until the worker has recorded it
+    else:
+        spool.discard(work)
+    return outcome
+
+
+def _run_in(work: Path, action, env, user, context, shared_state, stop, grace, cap,
+            on_spawn) -> Outcome:
+    """Prepare the attempt's folder, run the command under its supervisor, and read what it
+    left there (outcome_of)."""
+    # The command's own files live in io/; the supervisor's (spec, child, result) stay in
+    # the worker's folder, out of reach of a command run as another user.
+    io = work / "io"
+    io.mkdir(mode=0o700)
+    state_file, patch_file = io / "state.json", io / "state_patch.json"
+    # The run's shared state, and its params (read-only) under "params" when it has any.
+    params = context.get("params")
+    state_file.write_text(json.dumps({**shared_state, "params": params} if params
+                                     else shared_state))
+    argv = ["/bin/sh", "-c", action["shell"]] if "shell" in action else action["command"]
+    clean = command_env(action, context, state_file, patch_file, env)
+    if user:
+        os.chmod(work, 0o711)  # the command may pass through to io/, not list or read
+        for path in (io, state_file):
+            os.chown(path, user.pw_uid, user.pw_gid)
+        home = user.pw_dir if os.path.isdir(user.pw_dir) else str(io)
+        clean.update(HOME=home, USER=user.pw_name, LOGNAME=user.pw_name)
+    fence_at = stop.fence_at() if hasattr(stop, "fence_at") else None
+    descriptor = os.open(work / "spec.json", os.O_WRONLY | os.O_CREAT, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        json.dump({"argv": argv, "cwd": action.get("cwd") or (str(io) if user else None),
+                   "env": clean, "user": user.pw_name if user else None,
+                   "fence_at": fence_at, "fence_grace": getattr(stop, "fence_grace", None),
+                   "timeout_seconds": action.get("timeout_seconds")}, handle)
+    lifeline, keep = os.pipe()
+    line = Lifeline(keep)
+    try:
+        # The supervisor starts with the command's clean environment, not the worker's: a
+        # command can read its parent's /proc/PID/environ.
+        supervisor = subprocess.Popen(
+            [sys.executable, "-I", str(SUPERVISOR), str(lifeline), str(work), str(grace)],
+            pass_fds=(lifeline,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True, env=clean)
+    finally:
+        os.close(lifeline)
+    if hasattr(stop, "attach"):
+        stop.attach(line)  # each renewal of the lease moves the supervisor's fence
+    try:
+        _wait(supervisor, work, action.get("timeout_seconds"), stop, on_spawn)
+    finally:
+        if hasattr(stop, "detach"):
+            stop.detach(line)
+        line.close()
+    return outcome_of(work, secret_values(env), cap)
+
+
+def outcome_of(work: Path, secrets: list[str], cap: int | None = None) -> Outcome:
+    """What an attempt's folder says happened: the supervisor's result, the output, the
+    state patch, and why the worker stopped it if it did. The worker reads it as soon as the
+    command ends; after a consumer died, whoever finds the folder (spool.reap) reads the
+    same."""
+    cap = settings.TOLLGATE_OUTPUT_CAP if cap is None else cap
+    spec = _read_json(work / "spec.json") or {}
+    argv = spec.get("argv") or ["?"]
+    result = _read_json(work / "result.json") or {}
+    reason = (_read_text(work / "reason") or "").strip()
+    if not reason and result.get("stopped") == "fenced":
+        reason = "fenced"  # the supervisor stopped it: the lease ran out unrenewed
+    if result.get("error") and result.get("exit_code") is None and "pid" not in result:
+        return Outcome(False, redact(f"Could not start {argv[0]!r}: {result['error']}",
+                                     secrets), {"argv": [redact(a, secrets) for a in argv]})
+    stdout, stdout_bytes = read_capped(work / "stdout", cap)
+    stderr, stderr_bytes = read_capped(work / "stderr", cap)
+    evidence = {
+        "exit_code": result.get("exit_code"),
+        "stdout": redact(stdout, secrets), "stderr": redact(stderr, secrets),
+        "stdout_bytes": stdout_bytes, "stderr_bytes": stderr_bytes,
+        "pid": result.get("pid"), "pgid": result.get("pgid"),
+    }
+    if result.get("signal"):
+        evidence["signal"] = result["signal"]
+    if not result:
+        return Outcome(False, "The command's supervisor left no result (it was killed)",
+                       evidence)
+    if reason == "timed_out":
+        evidence["timed_out"] = True
+        return Outcome(False, f"Timed out after {spec.get('timeout_seconds')}s; process tree "
+                              "terminated", evidence)
+    if reason or result.get("stopped") == "owner_gone":
+        reason = reason or "owner_gone"
+        evidence["terminated"] = reason
+        return Outcome(False, STOP_SUMMARIES.get(reason, STOP_SUMMARIES["stopped"]),
+                       evidence, retryable=reason in ("fenced", "owner_gone"))
+    if result.get("exit_code") != 0:
+        how = (f"signal {result['signal']}" if result.get("signal")
+               else f"status {result.get('exit_code')}")
+        return Outcome(False, f"Exited with {how}", evidence)
+    patch, problem = read_patch(work / "io" / "state_patch.json")
+    if problem:
+        return Outcome(False, problem, evidence)
+    return Outcome(True, "Exited with status 0", evidence, redact_value(patch, secrets))
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 PATCH_CAP = 1 << 20
@@ -350,12 +399,13 @@ def command_user():
 STOP_SUMMARIES = {
     "stopped": "Stopped: the step was cancelled or its lease was lost",
     "fenced": "Stopped: the lease could not be renewed before it ran out (worker fenced)",
+    "owner_gone": "Stopped: the worker running it died",
 }
 
 
 def _wait(supervisor: subprocess.Popen, work: Path, timeout, stop, on_spawn) -> str:
-    """Wait for the supervisor; ask it to stop the command on timeout or `stop`. Returns
-    why the command was stopped ("" if it ended by itself)."""
+    """Wait for the supervisor; ask it to stop the command on timeout or `stop`, noting why
+    in the folder first (file `reason`). Returns why ("" if it ended by itself)."""
     deadline = time.monotonic() + timeout if timeout else None
     reason, spawned = "", False
     while supervisor.poll() is None:
@@ -368,6 +418,10 @@ def _wait(supervisor: subprocess.Popen, work: Path, timeout, stop, on_spawn) -> 
             elif deadline and time.monotonic() >= deadline:
                 reason = "timed_out"
             if reason:
+                try:
+                    (work / "reason").write_text(reason)
+                except OSError:
+                    pass  # a full disk: the stop matters more than its note
                 supervisor.send_signal(signal.SIGTERM)
         try:
             supervisor.wait(timeout=0.02 if not spawned else 0.1)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from . import engine, processes
+from . import engine, processes, worker
 from .models import Run, Step, StepStatus
 
 
@@ -29,6 +29,7 @@ def recover_run(run: Run | int, *, actor) -> list[Verdict]:
     run_id = run.pk if isinstance(run, Run) else run
     if not Run.objects.filter(pk=run_id).exists():
         raise engine.NotFound(f"Run {run_id} does not exist.")
+    worker.record_orphans(force=True)  # a finished result is recorded, not run again
     verdicts = []
     now = timezone.now()
     for step in Step.objects.filter(run_id=run_id, status=StepStatus.RUNNING).order_by("index"):

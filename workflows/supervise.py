@@ -99,11 +99,28 @@ class Supervisor:
         self.pgid = self.proc.pid
         self.write("child.json", {"pid": self.proc.pid, "pgid": self.pgid})
 
-    def write(self, name: str, data: dict) -> None:
+    def write(self, name: str, data: dict, durable: bool = False) -> None:
         partial = self.path(name + ".part")
         with open(partial, "w") as handle:
             json.dump(data, handle)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(partial, self.path(name))  # readers never see half a file
+        if durable:  # the rename too: a result written survives a power cut of the host
+            directory = os.open(self.workdir, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+
+    def sync_output(self) -> None:
+        for name in ("stdout", "stderr", os.path.join("io", "state_patch.json")):
+            try:
+                with open(self.path(name), "rb") as handle:
+                    os.fsync(handle.fileno())
+            except OSError:
+                pass
 
     def reap(self) -> None:
         """Collect every exited child; note the command's own status."""
@@ -182,7 +199,8 @@ class Supervisor:
         if self.descendants() or self.group_alive():
             self.stop_tree(self.grace)
         code = os.waitstatus_to_exitcode(self.status)
-        self.write("result.json", {
+        self.sync_output()
+        self.write("result.json", durable=True, data={
             "exit_code": code if code >= 0 else None,
             "signal": -code if code < 0 else None,
             "stopped": self.stopped, "pid": self.proc.pid, "pgid": self.pgid})

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from . import dispatch, engine, processes
+from . import dispatch, engine, processes, worker
 from .models import (
     Checkpoint,
     CheckpointKind,
@@ -39,6 +39,7 @@ class SweepReport:
     rerung: int = 0
     compensations: int = 0
     failed: int = 0
+    recorded: int = 0
 
 
 HOLDER_FIELDS = ("pk", "run_id", "lease_expires_at", "holder_host", "holder_boot_id",
@@ -66,6 +67,12 @@ def sweep(now=None, limit: int = 1000) -> SweepReport:
     recover compensations and re-ring idle ready steps."""
     now = now or timezone.now()
     report = SweepReport()
+    # A dead consumer's finished results on this machine are recorded before its leases
+    # are judged: a finished command is never run again.
+    try:
+        report.recorded = worker.record_orphans(force=True)
+    except Exception:
+        log.exception("Could not record the spool's orphaned results")
     gone_by_run: dict[int, list[int]] = {}
     for row in expired_leases(now, limit):
         try:

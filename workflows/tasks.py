@@ -10,7 +10,7 @@ import logging
 
 from django.conf import settings
 from huey.consumer import Scheduler
-from huey.contrib.djhuey import db_periodic_task, db_task, task
+from huey.contrib.djhuey import db_periodic_task, db_task, on_startup, task
 
 from . import sweeper, worker
 
@@ -26,6 +26,21 @@ PERIODIC_PRIORITY = 10  # doorbells carry their run's priority rank, 0 to 3
 
 def every_tick(_now) -> bool:
     return True
+
+
+@on_startup()
+def record_orphans() -> None:
+    """A consumer starting on a machine records what one that died there had finished."""
+    from django.db import close_old_connections
+
+    try:
+        recorded = worker.record_orphans(force=True)
+        if recorded:
+            log.info("recorded %s result(s) a stopped consumer had finished", recorded)
+    except Exception:
+        log.exception("Could not record the spool's orphaned results")
+    finally:
+        close_old_connections()
 
 
 @db_task()

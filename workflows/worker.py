@@ -21,10 +21,10 @@ from functools import partial
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
-from . import dispatch, engine, processes
+from . import dispatch, engine, processes, spool
 from .engine import compensations
-from .executors import execute
-from .models import Step
+from .executors import MissingSecret, Outcome, execute, outcome_of, resolved_env, secret_values
+from .models import Compensation, Step
 
 log = logging.getLogger(__name__)
 BLINKS = (OperationalError, InterfaceError)
@@ -188,6 +188,7 @@ def work(budget: float | None = None) -> int:
     deadline = time.monotonic() + (settings.TOLLGATE_WORKER_BATCH_SECONDS
                                    if budget is None else budget)
     owner, ran = worker_name(), 0
+    record_orphans()
     while True:
         if time.monotonic() >= deadline:
             if engine.claimable_exists():
@@ -234,9 +235,10 @@ def _execute(step: Step, owner: str, deadline: float) -> list[str]:
 
 
 def _execute_one(step: Step, owner: str, chain: bool = True):
-    context = {"run_id": step.run_id, "step_key": step.key, "attempt": step.attempt,
-               "params": step.run.params}
     token = step.lease_token
+    context = {"run_id": step.run_id, "step_key": step.key, "attempt": step.attempt,
+               "params": step.run.params, "lease": {"kind": "step", "id": step.pk,
+                                                    "token": token}}
     stop = KEEPER.hold("step", step.pk, token, settings.TOLLGATE_LEASE_SECONDS,
                        since=getattr(step, "claimed_since", None))
 
@@ -247,12 +249,89 @@ def _execute_one(step: Step, owner: str, chain: bool = True):
             connection.close()  # shown on the page only; the result carries it too
 
     try:
-        outcome = execute(step.config["run"], context=context, shared_state=step.run.shared_state,
-                          stop=stop, on_spawn=spawned)
-        checkpoint = _report_outcome(step, token, owner, outcome, chain)
+        outcome = _attempt(step.config["run"], context, step.run.shared_state, stop, spawned)
+        checkpoint = _keeping(outcome, lambda: _report_outcome(step, token, owner, outcome,
+                                                               chain))
     finally:
         KEEPER.release("step", step.pk)
     return checkpoint
+
+
+def _attempt(action: dict, context: dict, shared_state: dict, stop, on_spawn=None):
+    """Run the action; whatever goes wrong here ends the attempt with a clear error rather
+    than leaving it running with no one to report it."""
+    try:
+        return execute(action, context=context, shared_state=shared_state, stop=stop,
+                       on_spawn=on_spawn)
+    except Exception as exc:
+        log.exception("Attempt %s failed in the worker", context)
+        return Outcome(False, f"The worker could not run it: {type(exc).__name__}: {exc}")
+
+
+def _keeping(outcome, record):
+    """Record an outcome; its spool folder goes once it is recorded, and stays, handed over
+    to whoever finds it, if recording failed for good (the database away too long)."""
+    try:
+        recorded = record()
+    except BaseException:
+        if outcome.spooled is not None:
+            spool.hand_over(outcome.spooled)
+        raise
+    spool.discard(outcome.spooled)
+    return recorded
+
+
+ORPHANS_EVERY = 5.0  # seconds between looks at the spool, per process
+_orphans_looked = 0.0
+
+
+def record_orphans(force: bool = False) -> int:
+    """Record the results a dead consumer on this machine (or a worker the database left
+    waiting too long) finished and could not record, from their spool folders; a folder
+    whose lease moved on is dropped. Returns how many results were recorded."""
+    global _orphans_looked
+    if not force and time.monotonic() - _orphans_looked < ORPHANS_EVERY:
+        return 0
+    _orphans_looked = time.monotonic()
+    recorded = 0
+    for kind, pk, token, folder in spool.orphans():
+        try:
+            recorded += _record_orphan(kind, pk, token, folder)
+        except DatabaseError:
+            log.warning("Could not record the orphaned result in %s yet", folder, exc_info=True)
+            connection.close()
+    return recorded
+
+
+def _record_orphan(kind: str, pk: int, token: str, folder) -> int:
+    model = Step if kind == "step" else Compensation
+    row = (model.objects.select_related("run").filter(pk=pk, lease_token=token,
+                                                      status="running").first())
+    if row is None:
+        spool.discard(folder)  # reclaimed, cancelled or recorded already
+        return 0
+    if not spool.finished(folder):
+        return 0  # nothing finished: the sweeper reclaims the lease
+    action = row.config["run"] if kind == "step" else row.step.compensation
+    try:
+        secrets = secret_values(resolved_env(action))
+    except MissingSecret:
+        secrets = secret_values({})
+    outcome = outcome_of(folder, secrets)
+    if kind == "step":
+        actor = f"worker {row.lease_owner} (recorded from its spool after it stopped)"
+        common = {"actor": actor, "summary": outcome.summary, "evidence": outcome.evidence,
+                  "lease_token": token}
+        if outcome.ok:
+            engine.complete_step(row.run_id, row.key, state_patch=outcome.state_patch, **common)
+        else:
+            engine.fail_step(row.run_id, row.key, retryable=outcome.retryable, **common)
+    else:
+        compensations.finish(pk, token, ok=outcome.ok, summary=outcome.summary,
+                             evidence=outcome.evidence)
+    spool.discard(folder)
+    log.info("Recorded the result of %s %s from the spool", kind, pk)
+    return 1
 
 
 def _report_outcome(step: Step, token: str, owner: str, outcome, chain: bool):
@@ -292,12 +371,14 @@ def compensate_run(run_id: int) -> list[str]:
                            since=since)
         try:
             context = {"run_id": run_id, "step_key": row.step.key, "attempt": row.attempt,
-                       "params": row.run.params, "compensating": True}
-            outcome = execute(row.step.compensation, context=context,
-                              shared_state=row.run.shared_state, stop=stop)
-            report(partial(compensations.finish, row.pk, row.lease_token, ok=outcome.ok,
-                           summary=outcome.summary, evidence=outcome.evidence),
-                   what=f"compensation {row.pk}")
+                       "params": row.run.params, "compensating": True,
+                       "lease": {"kind": "compensation", "id": row.pk,
+                                 "token": row.lease_token}}
+            outcome = _attempt(row.step.compensation, context, row.run.shared_state, stop)
+            _keeping(outcome, partial(report, partial(
+                compensations.finish, row.pk, row.lease_token, ok=outcome.ok,
+                summary=outcome.summary, evidence=outcome.evidence),
+                what=f"compensation {row.pk}"))
         finally:
             KEEPER.release("compensation", row.pk)
         done.append(row.step.key)

@@ -238,3 +238,96 @@ def test_retrying_a_compensated_run_runs_the_undone_steps_again(consumers, tmp_p
              what="deploy to run again, and be undone again when verify fails again")
     assert finished(run) == "failed"
     assert Compensation.objects.filter(run=run, status="done").count() == 2
+
+
+def spool_of(consumer_env: dict, tmp_path, settings) -> dict:
+    """One spool for the consumers and this process: what they leave, this test sees."""
+    settings.TOLLGATE_SPOOL_DIR = str(tmp_path / "spool")
+    return {**consumer_env, "TOLLGATE_SPOOL_DIR": settings.TOLLGATE_SPOOL_DIR}
+
+
+def test_a_result_finished_before_its_consumer_died_is_recorded_not_run_again(
+        consumers, tmp_path, settings):
+    """kill -9 in the window after the command exits and before its result is recorded:
+    the next consumer on the machine records the result from the spool."""
+    marks = tmp_path / "marks"
+    env = spool_of({"TOLLGATE_LEASE_SECONDS": "30"}, tmp_path, settings)
+    first = consumers(workers=1, **env)
+    run = engine.open_run(one_step("window", f'echo "$TOLLGATE_ATTEMPT" >> {marks}; sleep 0.5; '
+                                             'echo \'{"built": 1}\' > "$TOLLGATE_STATE_PATCH_FILE"',
+                                   max_retries=2)).run
+    step = running_step(run)
+    wait_for(lambda: marks.exists(), 10, 0.01, what="the command to start")
+    os.kill(first.pid, signal.SIGSTOP)  # the worker can record nothing from here on
+    folder = Path(settings.TOLLGATE_SPOOL_DIR) / f"step-{step.pk}-{step.lease_token}"
+    wait_for(lambda: (folder / "result.json").exists(), 10, 0.05, what="the result on disk")
+    first.kill()
+    consumers(workers=1, **env)
+    assert wait_for(lambda: finished(run), 30, what="the run to finish") == "completed"
+    done = Step.objects.get(pk=step.pk)
+    assert done.attempt == 1 and marks.read_text().split() == ["1"]  # ran once
+    assert Run.objects.get(pk=run.pk).shared_state == {"built": 1}
+    assert "recorded from its spool" in Checkpoint.objects.get(
+        run=run, kind="step_completed").actor_name
+    assert not folder.exists()
+
+
+def test_a_result_the_database_could_not_take_is_kept_until_it_returns(tmp_path, settings,
+                                                                        monkeypatch):
+    """The report window passes with the database away: the result stays in the spool,
+    handed over, and is recorded once the database answers again."""
+    from django.db import OperationalError
+
+    from workflows import worker
+
+    settings.TOLLGATE_SPOOL_DIR = str(tmp_path / "spool")
+    settings.TOLLGATE_REPORT_RETRY_SECONDS = 0.2
+    engine.open_run(one_step("away", "echo done"))
+    step = engine.claim_next(owner="w", lease_seconds=30, holder=processes.this_process())
+    real = engine.complete_step
+    monkeypatch.setattr(engine, "complete_step",
+                        lambda *a, **k: (_ for _ in ()).throw(OperationalError("away")))
+    with pytest.raises(OperationalError):
+        worker._execute_one(step, "w", chain=False)
+    [folder] = list(Path(settings.TOLLGATE_SPOOL_DIR).iterdir())
+    assert (folder / "handed_over").exists() and (folder / "result.json").exists()
+    assert Step.objects.get(pk=step.pk).status == "running"
+    monkeypatch.setattr(engine, "complete_step", real)
+    assert worker.record_orphans(force=True) == 1
+    assert Step.objects.get(pk=step.pk).status == "completed"
+    assert Step.objects.get(pk=step.pk).last_evidence["stdout"] == "done\n"
+    assert not folder.exists()
+
+
+def test_a_finished_compensation_whose_worker_died_is_recorded_not_run_again(tmp_path,
+                                                                              settings):
+    """The same for an undo: its result in the spool is recorded once its worker is gone."""
+    import json
+
+    from workflows import executors, worker
+    from workflows.engine import compensations
+
+    settings.TOLLGATE_SPOOL_DIR = str(tmp_path / "spool")
+    settings.TOLLGATE_DISPATCH = False
+    log = tmp_path / "undo.log"
+    run = engine.open_run(compensating_spec("undo-once", log, undo_seconds=0.1)).run
+    for key in ("deploy", "verify"):
+        step = engine.claim_next(owner="w", lease_seconds=30, holder=processes.this_process())
+        worker._execute_one(step, "w", chain=False)
+    row = compensations.claim(run.pk, owner="w", lease_seconds=30,
+                              holder=processes.this_process())
+    context = {"run_id": run.pk, "step_key": "deploy", "attempt": 1, "params": {},
+               "lease": {"kind": "compensation", "id": row.pk, "token": row.lease_token}}
+    import threading
+
+    outcome = executors.execute(row.step.compensation, context=context, shared_state={},
+                                stop=threading.Event())
+    assert outcome.ok and outcome.spooled is not None
+    # Its worker dies here, before recording it: the folder names a holder that is gone.
+    me = processes.this_process()
+    (outcome.spooled / "holder.json").write_text(json.dumps(
+        {**me.as_dict(), "started": (me.started or 0) + 1}))
+    assert worker.record_orphans(force=True) == 1
+    row.refresh_from_db()
+    assert row.status == "done" and list(ran_to_the_end(log).values()) == [1]
+    assert compensations.claim(run.pk, owner="w", lease_seconds=30) is None  # nothing to redo
