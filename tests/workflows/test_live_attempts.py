@@ -311,7 +311,7 @@ def test_a_finished_compensation_whose_worker_died_is_recorded_not_run_again(tmp
     settings.TOLLGATE_DISPATCH = False
     log = tmp_path / "undo.log"
     run = engine.open_run(compensating_spec("undo-once", log, undo_seconds=0.1)).run
-    for key in ("deploy", "verify"):
+    for _ in ("deploy", "verify"):
         step = engine.claim_next(owner="w", lease_seconds=30, holder=processes.this_process())
         worker._execute_one(step, "w", chain=False)
     row = compensations.claim(run.pk, owner="w", lease_seconds=30,
