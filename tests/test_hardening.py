@@ -193,3 +193,29 @@ class TestAuthoringPrograms:
         assert post_json(client, "/api/specs", json.dumps(fine)).status_code == 201
         olga.user_permissions.add(Permission.objects.get(codename="author_command_spec"))
         assert post_json(bearer(olga), "/api/specs", json.dumps(shell)).status_code == 201
+
+
+class TestDatabaseAway:
+    """With the database away, answers are 503 with Retry-After, never 500."""
+
+    def away(self, monkeypatch):
+        from django.db import OperationalError
+
+        def refuse(*args, **kwargs):
+            raise OperationalError("server closed the connection unexpectedly")
+
+        monkeypatch.setattr("django.db.backends.utils.CursorWrapper.execute", refuse)
+
+    def test_the_api(self, people, release_spec, monkeypatch):
+        alice = bearer(people["alice"])
+        self.away(monkeypatch)
+        response = post_json(alice, "/api/runs", json.dumps({"spec": "release"}))
+        assert response.status_code == 503 and response["Retry-After"] == "5"
+        assert "idempotency key" in response.json()["error"]
+
+    def test_a_page(self, people, monkeypatch):
+        client = Client(raise_request_exception=False)
+        client.force_login(people["bob"])
+        self.away(monkeypatch)
+        response = client.get("/")
+        assert response.status_code == 503 and response["Retry-After"] == "5"

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import DataError
+from django.db import DataError, InterfaceError, OperationalError
 from django.http import Http404
 from django.utils import timezone
 from ninja import NinjaAPI
@@ -145,6 +145,23 @@ def on_forbidden(request, exc):
 @api.exception_handler(DjangoValidationError)
 def on_model_invalid(request, exc):
     return error(request, "; ".join(exc.messages), 400)
+
+
+RETRY_AFTER_SECONDS = 5
+
+
+@api.exception_handler(OperationalError)
+@api.exception_handler(InterfaceError)
+def on_database_away(request, exc):
+    """The database is away (restarting, cut off, out of connections, locked): 503, never a
+    500. A start that may have committed is safe to send again with its idempotency key."""
+    from django.db import connection
+
+    connection.close_if_unusable_or_obsolete()
+    response = error(request, "The database is not answering; try again in a few seconds "
+                              "(with the same idempotency key, a start is not repeated).", 503)
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
 
 
 @api.exception_handler(DataError)

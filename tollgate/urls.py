@@ -23,3 +23,25 @@ def healthz(request):
 
 
 urlpatterns.append(path("healthz", healthz, name="healthz"))
+
+
+def server_error(request):
+    """A 500 that is the database being away (restarting, cut off, out of connections) is
+    a 503 with Retry-After: the person, or the htmx press, may simply try again."""
+    import sys
+
+    from django.db import InterfaceError, OperationalError
+    from django.views.defaults import server_error as plain
+
+    if isinstance(sys.exc_info()[1], OperationalError | InterfaceError):
+        from django.db import connection
+
+        connection.close_if_unusable_or_obsolete()
+        response = HttpResponse("The database is not answering; try again in a few seconds.",
+                                content_type="text/plain", status=503)
+        response["Retry-After"] = "5"
+        return response
+    return plain(request)
+
+
+handler500 = server_error

@@ -153,10 +153,12 @@ class Run(models.Model):
                          condition=Q(claimable_at__isnull=False), name="run_claim_order_idx"),
         ]
         constraints = [
+            # One key, one open run, whatever its spec: the rule open_run keeps, held by
+            # the database when two starts race.
             models.UniqueConstraint(
-                fields=["spec_name", "idempotency_key"],
+                fields=["idempotency_key"],
                 condition=Q(status__in=OPEN_RUN_STATUSES) & ~Q(idempotency_key=""),
-                name="run_one_open_per_idempotency_key",
+                name="run_one_open_per_key",
             ),
         ]
 

@@ -27,3 +27,29 @@ def test_concurrent_posts_with_one_key_create_one_run(api, release_spec):
     run_id = Run.objects.get().pk
     assert {r.json()["id"] for r in responses} == {run_id}
     assert sum(r.json()["reused_existing"] for r in responses) == 7
+
+
+def test_one_key_sent_for_two_specs_at_once_opens_one_run(api, release_spec):
+    """The key names one request whatever the spec: of each simultaneous pair, one is
+    created and the other answered 409 naming the spec, on every try."""
+    from django.test import Client
+
+    from workflows.specs import store_spec
+
+    store_spec({"name": "other", "steps": [
+        {"key": "a", "run": {"callable": "workflows.callables.noop"}}]})
+    for attempt in range(10):
+        key = f"shared-{attempt}"
+
+        def post(i, key=key):
+            client = Client(HTTP_AUTHORIZATION=f"Bearer {api['alice'].token}")
+            return client.post("/api/runs", {"spec": ("release", "other")[i % 2],
+                                             "idempotency_key": key},
+                               content_type="application/json")
+
+        responses = race(2, post)
+        assert sorted(r.status_code for r in responses) == [201, 409], [
+            (r.status_code, r.content[:200]) for r in responses]
+        assert Run.objects.filter(idempotency_key=key).count() == 1
+        refused = next(r for r in responses if r.status_code == 409)
+        assert "different spec" in refused.json()["error"]
