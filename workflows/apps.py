@@ -6,7 +6,10 @@ class WorkflowsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, dispatch  # noqa: F401 (checks registers itself)
-        from .engine import transition_committed
+        # checks registers itself; tasks binds the queue's tasks to dispatch, in web
+        # processes as in consumers.
+        from . import checks, dispatch, outbox, tasks  # noqa: F401
+        from .engine import transition_committed, transition_recording
 
+        transition_recording.connect(outbox.record, dispatch_uid="tollgate-outbox")
         transition_committed.connect(dispatch.on_transition, dispatch_uid="tollgate-dispatch")

@@ -673,6 +673,8 @@ class WebhookDelivery(models.Model):
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     delivered_at = models.DateTimeField(null=True, blank=True)
+    # When a doorbell for it was last put on the queue: one pending message per row.
+    rung_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -684,3 +686,34 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} to {self.webhook_id} ({self.status})"
+
+
+class OutboxJob(models.TextChoices):
+    NOTIFY = "notify", "mail the people concerned"
+    WEBHOOKS = "webhooks", "post to the group's webhooks"
+
+
+class OutboxMessage(models.Model):
+    """What a transition owes the outside world (mail, webhooks), written in the
+    transition's own transaction and delivered from here: a queue that is down, or a worker
+    that dies, loses none of it. Done once `done_at` is set; retried with backoff."""
+
+    # The checkpoint by its place in the run: the row is written before the checkpoint's.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    seq = models.PositiveIntegerField()
+    job = models.CharField(max_length=16, choices=OutboxJob)
+    events = models.JSONField()  # [[event, step key], ...]
+    created_at = models.DateTimeField(default=timezone.now)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    attempts = models.PositiveIntegerField(default=0)
+    rung_at = models.DateTimeField(null=True, blank=True)
+    done_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["next_attempt_at"], condition=Q(done_at__isnull=True),
+                                name="outbox_due_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.job} for run {self.run_id} #{self.seq}"

@@ -147,10 +147,12 @@ def recover_compensations(now, limit: int) -> int:
             .filter(Q(rung_at__isnull=True) | Q(rung_at__lt=quiet))
             .values_list("run_id", flat=True).distinct()[:limit])
     for run_id in list(idle):
-        Compensation.objects.filter(run_id=run_id, status=CompensationStatus.PENDING).update(
-            rung_at=now)
-        dispatch.compensate(run_id)
-        count += 1
+        # Marked rung by whoever takes it: consumers sweeping at once ring it once.
+        taken = (Compensation.objects.filter(run_id=run_id, status=CompensationStatus.PENDING)
+                 .filter(Q(rung_at__isnull=True) | Q(rung_at__lt=quiet)).update(rung_at=now))
+        if taken:
+            dispatch.compensate(run_id)
+            count += 1
     return count
 
 

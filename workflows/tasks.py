@@ -12,7 +12,7 @@ from django.conf import settings
 from huey.consumer import Scheduler
 from huey.contrib.djhuey import db_periodic_task, db_task, on_startup, task
 
-from . import sweeper, worker
+from . import dispatch, sweeper, worker
 
 log = logging.getLogger(__name__)
 
@@ -79,19 +79,22 @@ def apply_gate_deadlines() -> int:
 
 
 @db_task()
-def send_notifications(checkpoint_id: int, events: list) -> None:
-    from . import notifications
+def deliver_outbox(message_id: int) -> None:
+    """A doorbell for an outbox message: mail or webhooks a transition owes."""
+    from . import outbox
 
-    sent = notifications.deliver(checkpoint_id, [tuple(e) for e in events])
-    log.info("checkpoint %s: %s notification(s) sent", checkpoint_id, sent)
+    outbox.deliver(message_id)
 
 
-@db_task(retries=3, retry_delay=10)
-def plan_webhooks(checkpoint_id: int, events: list) -> None:
-    from . import dispatch, webhooks
+@db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
+def ring_due_outbox() -> int:
+    """Ring again for outbox messages whose doorbell was lost or whose retry is due."""
+    from . import dispatch, outbox
 
-    for delivery_id in webhooks.plan(checkpoint_id, [tuple(e) for e in events]):
-        dispatch.deliver_webhook(delivery_id)
+    due = outbox.due_to_ring()
+    for message_id in due:
+        dispatch.deliver_outbox(message_id)
+    return len(due)
 
 
 @db_task()
@@ -102,15 +105,18 @@ def deliver_webhook(delivery_id: int) -> None:
     if webhooks.deliver(delivery_id) == "pending":  # refused or unreachable: try again later
         retry_at = (WebhookDelivery.objects.filter(pk=delivery_id)
                     .values_list("next_attempt_at", flat=True).first())
+        # Rung for its retry already: the periodic task leaves it unless this one is lost.
+        WebhookDelivery.objects.filter(pk=delivery_id).update(rung_at=retry_at)
         dispatch.deliver_webhook(delivery_id, eta=retry_at)
 
 
 @db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
 def deliver_due_webhooks() -> int:
-    """Ring again for deliveries whose attempt is due and whose doorbell was lost."""
+    """Ring again for deliveries whose attempt is due and whose doorbell was lost (each
+    marked rung by whoever takes it: one pending doorbell per delivery)."""
     from . import dispatch, webhooks
 
-    due = webhooks.due()
+    due = webhooks.due_to_ring()
     for delivery_id in due:
         dispatch.deliver_webhook(delivery_id)
     return len(due)
@@ -129,3 +135,8 @@ def chain_hop(remaining: int, token: str) -> None:
 def ping() -> str:
     """A no-op round trip through the queue: the floor the benchmarks measure against."""
     return "pong"
+
+
+# The tasks dispatch rings (it never imports this module: this one is above it).
+dispatch.bind(work=work, compensate_run=compensate_run, deliver_outbox=deliver_outbox,
+              deliver_webhook=deliver_webhook)

@@ -24,7 +24,9 @@ import time
 from datetime import timedelta
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from . import links
@@ -66,7 +68,7 @@ def plan(checkpoint_id: int, events) -> list[int]:
                 with transaction.atomic():
                     delivery = WebhookDelivery.objects.create(
                         webhook=webhook, key=key, event=event, run=checkpoint.run,
-                        payload=payload(event, checkpoint, step))
+                        payload=payload(event, checkpoint, step), rung_at=timezone.now())
             except IntegrityError:
                 continue  # planned by an earlier try of this task
             planned.append(delivery.pk)
@@ -190,3 +192,18 @@ def due(now=None, limit: int = 500) -> list[int]:
     return list(WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING,
                                                next_attempt_at__lte=now)
                 .order_by("next_attempt_at").values_list("pk", flat=True)[:limit])
+
+
+def due_to_ring(now=None, limit: int = 500) -> list[int]:
+    """Due deliveries not rung since they came due, each marked rung by whoever takes it:
+    consumers ticking at once ring each one once, and a receiver that is down gets one
+    attempt per retry, not one per consumer per tick."""
+    now = now or timezone.now()
+    taken = []
+    for pk in due(now, limit):
+        quiet = now - timedelta(seconds=2 * settings.TOLLGATE_SWEEP_SECONDS)
+        fresh = (Q(rung_at__isnull=True) | Q(rung_at__lt=F("next_attempt_at"))
+                 | Q(rung_at__lt=quiet))
+        if WebhookDelivery.objects.filter(fresh, pk=pk).update(rung_at=now):
+            taken.append(pk)
+    return taken

@@ -17,8 +17,8 @@ from django.test import Client, override_settings
 from django.utils import timezone
 
 from workflows import engine, links, notifications, webhooks
-from workflows.dispatch import notification_events
 from workflows.models import Approval, Checkpoint, Step, Webhook, WebhookDelivery
+from workflows.outbox import notification_events
 
 from ..conftest import make_user
 
@@ -230,16 +230,21 @@ class TestWebhooks:
         assert sent["event"] == "gate_decided"
         assert sent["decision"]["outcome"] == "approved" and sent["decision"]["by"] == "carol"
 
-    def test_the_transition_rings_the_webhooks_after_it_commits(self, waiting, people,
-                                                                settings, monkeypatch,
-                                                                django_capture_on_commit_callbacks):
+    def test_the_transition_writes_its_webhooks_to_the_outbox_and_rings_after_it_commits(
+            self, waiting, people, settings, monkeypatch, django_capture_on_commit_callbacks):
+        from workflows.models import OutboxMessage
+
         settings.TOLLGATE_WEBHOOKS = True
-        planned = []
-        monkeypatch.setattr("workflows.dispatch.post_webhooks",
-                            lambda checkpoint_id, events: planned.append(events))
-        with django_capture_on_commit_callbacks(execute=True):
+        rung = []
+        monkeypatch.setattr("workflows.dispatch.deliver_outbox", rung.append)
+        with django_capture_on_commit_callbacks(execute=False) as callbacks:
             engine.reject(waiting, "qa", user=people["bob"], comment="broken")
-        assert planned == [[("gate_decided", "qa"), ("run_failed", "qa")]]
+        message = OutboxMessage.objects.get()  # written in the transition's transaction
+        assert message.job == "webhooks" and message.events == [["gate_decided", "qa"]]
+        assert rung == []
+        for callback in callbacks:
+            callback()
+        assert rung == [message.pk]
 
 
 @pytest.mark.consumer

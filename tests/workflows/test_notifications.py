@@ -6,10 +6,10 @@ import pytest
 from django.core import mail
 
 from tests.workflows.helpers import work
-from workflows import engine, notifications
-from workflows.dispatch import notification_events
+from workflows import engine, notifications, outbox
 from workflows.engine import Announcement
 from workflows.models import Checkpoint, Notification
+from workflows.outbox import notification_events
 
 pytestmark = pytest.mark.django_db
 
@@ -20,11 +20,11 @@ def sent(settings, monkeypatch, django_capture_on_commit_callbacks):
     settings.TOLLGATE_NOTIFY = True
     calls = []
 
-    def deliver(checkpoint_id, events):
-        calls.append((checkpoint_id, events))
-        notifications.deliver(checkpoint_id, events)
+    def deliver(message_id):
+        calls.append(message_id)
+        outbox.deliver(message_id)
 
-    monkeypatch.setattr("workflows.dispatch.notify", deliver)
+    monkeypatch.setattr("workflows.dispatch.deliver_outbox", deliver)
     return calls
 
 
@@ -84,3 +84,55 @@ def test_escalation_tells_the_new_group_and_the_requester(db, people, sent,
         deadlines.apply()
     assert recipients("escalated to managers") == {"dave@example.com", "erin@example.com"}
     assert recipients("escalated:") == {"alice@example.com"}
+
+
+def test_mail_owed_while_the_queue_is_down_is_sent_when_it_returns(
+        release_spec, people, settings, monkeypatch, django_capture_on_commit_callbacks):
+    """The duty is a row written with the transition; the periodic task rings for it once,
+    whoever ticks, and it is delivered once."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from workflows import dispatch
+    from workflows.models import OutboxMessage
+
+    settings.TOLLGATE_NOTIFY = True
+
+    def queue_down(*args, **kwargs):
+        raise ConnectionError("Redis is down")
+
+    monkeypatch.setitem(dispatch._tasks, "deliver_outbox", queue_down)
+    run = engine.open_run(release_spec, actor=people["alice"]).run
+    with django_capture_on_commit_callbacks(execute=True):
+        work(run, "build")  # the gate opens; its mail cannot be rung
+    message = OutboxMessage.objects.get()
+    assert message.done_at is None and mail.outbox == []
+    assert outbox.due_to_ring() == []  # rung a moment ago: not again at once
+    later = timezone.now() + timedelta(seconds=3 * settings.TOLLGATE_SWEEP_SECONDS)
+    assert outbox.due_to_ring(later) == [message.pk]
+    assert outbox.due_to_ring(later) == []  # a second consumer ticking: nothing to ring
+    assert outbox.deliver(message.pk) == "done"
+    assert recipients("waits on qa") == {"bob@example.com", "carol@example.com"}
+    assert outbox.deliver(message.pk) == "not due"  # delivered once
+    assert len(mail.outbox) == 2
+
+
+def test_a_failed_delivery_is_retried_with_backoff(release_spec, people, settings,
+                                                   monkeypatch):
+    from workflows.models import OutboxMessage
+
+    settings.TOLLGATE_NOTIFY = True
+    run = engine.open_run(release_spec, actor=people["alice"]).run
+    work(run, "build")
+    message = OutboxMessage.objects.get()
+
+    def broken(*args):
+        raise OSError("SMTP server refused")
+
+    monkeypatch.setattr(notifications, "deliver", broken)
+    assert outbox.deliver(message.pk) == "retrying"
+    message.refresh_from_db()
+    assert message.attempts == 1 and "SMTP server refused" in message.last_error
+    assert message.next_attempt_at > message.created_at
+    assert outbox.deliver(message.pk) == "not due"

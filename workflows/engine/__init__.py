@@ -13,7 +13,7 @@ Modules: `errors`, `rules` (settled, ready, run status, next move: shared by Pyt
 """
 
 from . import compensations
-from .commit import Announcement, transition_committed
+from .commit import Announcement, transition_committed, transition_recording
 from .errors import IllegalTransition, InvalidInput, NotFound, NotPermitted, WorkflowError
 from .gates import approve, expire_gate, reject
 from .moves import require_operator
@@ -52,5 +52,5 @@ __all__ = [
     "note_lease_overdue", "note_sweep_failure", "open_run", "ready_filters", "ready_steps",
     "record_child", "record_transition", "reject", "release_compensation", "renew_leases",
     "require_operator", "reschedule", "retry_delay", "retry_step", "skip_step", "start_step",
-    "transition_committed",
+    "transition_committed", "transition_recording",
 ]

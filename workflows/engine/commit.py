@@ -39,6 +39,9 @@ from .rules import (
 # Sent once the transaction of a transition has committed, with `announcement`. The
 # dispatcher listens (it rings the queue); the engine imports nothing above it.
 transition_committed = Signal()
+# Sent inside the transition's transaction, before it commits: a receiver writes what the
+# transition owes the outside world (the outbox) in the same transaction.
+transition_recording = Signal()
 
 
 @dataclass
@@ -53,6 +56,7 @@ class Announcement:
     compensations: int = 0  # planned by this transition (the run just failed)
     ring: list[int] = field(default_factory=list)  # newly ready steps: doorbells to ring
     retry: list[tuple[int, object]] = field(default_factory=list)  # (step id, eta)
+    outbox: list[int] = field(default_factory=list)  # messages written for it, to ring
 
     @property
     def checkpoint_id(self) -> int:
@@ -243,5 +247,6 @@ def _announce(state: RunState, checkpoint: Checkpoint, frontier, failed, previou
         state.find(step_id).rung_at = eta
     # Kept on the checkpoint until the commit: a chained claim takes its step out of `ring`.
     checkpoint.announcement = announcement
+    transition_recording.send(sender=Run, announcement=announcement)
     transaction.on_commit(
         lambda: transition_committed.send(sender=Run, announcement=announcement))
