@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from django.utils import timezone
-
-from . import engine
+from . import clock, engine
 from .models import Step, StepKind, StepStatus
 
 log = logging.getLogger(__name__)
@@ -14,7 +12,7 @@ log = logging.getLogger(__name__)
 
 def apply(now=None, limit: int = 1000) -> int:
     """Expire every overdue gate; served by the partial index on waiting gates' deadlines."""
-    now = now or timezone.now()
+    now = now or clock.now()
     overdue = (Step.objects.filter(status=StepStatus.WAITING_APPROVAL, deadline_at__lte=now)
                .order_by("deadline_at").values_list("pk", flat=True)[:limit])
     waits = (Step.objects.filter(kind=StepKind.WAIT, deadline_at__lte=now)

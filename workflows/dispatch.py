@@ -60,9 +60,14 @@ def wake(count: int, priority: int = 1) -> None:
 
 
 def wake_at(eta, priority: int = 1) -> None:
-    """Ring a doorbell at `eta` (a scheduled retry)."""
+    """Ring a doorbell at `eta` (a scheduled retry, on the database's clock). Huey keeps a
+    time on the clock of the consumer that schedules it, so it is given as a delay from
+    now on the database's clock: a consumer whose clock is off still rings on time."""
+    from . import clock
+
+    delay = max((eta - clock.now()).total_seconds(), 0.0)
     _enqueue(f"a doorbell for {eta}; the sweeper will ring again", _tasks["work"].schedule,
-             eta=eta, priority=priority)
+             delay=delay, priority=priority)
 
 
 def compensate(run_id: int) -> None:

@@ -16,8 +16,8 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db.models import Q
-from django.utils import timezone
 
+from . import clock
 from .engine import Announcement
 from .models import Checkpoint, CheckpointKind, OutboxJob, OutboxMessage, StepStatus
 
@@ -53,7 +53,7 @@ def record(sender, announcement: Announcement, **kwargs) -> None:
     events = notification_events(announcement)
     if not events:
         return
-    now = timezone.now()
+    now = clock.now()
     checkpoint = announcement.checkpoint
     rows = []
     if settings.TOLLGATE_NOTIFY:
@@ -71,7 +71,7 @@ def deliver(message_id: int, now=None) -> str:
     Returns "done", "retrying", or "not due"."""
     from . import dispatch, notifications, webhooks
 
-    now = now or timezone.now()
+    now = now or clock.now()
     claimed = OutboxMessage.objects.filter(pk=message_id, done_at__isnull=True,
                                            next_attempt_at__lte=now).update(
         next_attempt_at=now + timedelta(seconds=CLAIM_SECONDS))
@@ -90,12 +90,12 @@ def deliver(message_id: int, now=None) -> str:
         attempts = message.attempts + 1
         wait = BACKOFF_SECONDS[min(attempts, len(BACKOFF_SECONDS)) - 1]
         OutboxMessage.objects.filter(pk=message.pk).update(
-            attempts=attempts, next_attempt_at=timezone.now() + timedelta(seconds=wait),
+            attempts=attempts, next_attempt_at=clock.now() + timedelta(seconds=wait),
             rung_at=None, last_error=f"{type(exc).__name__}: {exc}"[:2000])
         log.warning("Outbox message %s (%s) failed, attempt %s; again in %ss", message.pk,
                     message.job, attempts, wait, exc_info=True)
         return "retrying"
-    OutboxMessage.objects.filter(pk=message.pk).update(done_at=timezone.now(),
+    OutboxMessage.objects.filter(pk=message.pk).update(done_at=clock.now(),
                                                        attempts=message.attempts + 1)
     return "done"
 
@@ -103,7 +103,7 @@ def deliver(message_id: int, now=None) -> str:
 def due_to_ring(now=None, limit: int = 500) -> list[int]:
     """Messages due and not rung recently (a lost doorbell, or a retry come due), each
     marked rung by whoever takes it, so that consumers ticking at once ring it once."""
-    now = now or timezone.now()
+    now = now or clock.now()
     quiet = now - timedelta(seconds=2 * settings.TOLLGATE_SWEEP_SECONDS)
     candidates = list(OutboxMessage.objects.filter(done_at__isnull=True,
                                                    next_attempt_at__lte=now)

@@ -10,9 +10,7 @@ import os
 import signal
 from dataclasses import dataclass
 
-from django.utils import timezone
-
-from . import engine, processes, worker
+from . import clock, engine, processes, worker
 from .models import Run, Step, StepStatus
 
 
@@ -31,7 +29,7 @@ def recover_run(run: Run | int, *, actor) -> list[Verdict]:
         raise engine.NotFound(f"Run {run_id} does not exist.")
     worker.record_orphans(force=True)  # a finished result is recorded, not run again
     verdicts = []
-    now = timezone.now()
+    now = clock.now()
     for step in Step.objects.filter(run_id=run_id, status=StepStatus.RUNNING).order_by("index"):
         if not step.lease_token:
             verdicts.append(Verdict(step.key, "none", "left alone: an agent reports it"))

@@ -16,9 +16,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
-from . import engine
+from . import clock, engine
 from .models import (
     OPEN_RUN_STATUSES,
     MissedPolicy,
@@ -116,7 +115,7 @@ class TickReport:
 
 def tick(now: datetime | None = None) -> TickReport:
     """Start the runs of every due schedule."""
-    now = now or timezone.now()
+    now = now or clock.now()
     report = TickReport()
     due = Schedule.objects.filter(enabled=True, next_run_at__lte=now).values_list("pk",
                                                                                   flat=True)

@@ -15,9 +15,8 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
-from django.utils import timezone
 
-from . import dispatch, engine, processes, worker
+from . import clock, dispatch, engine, processes, worker
 from .models import (
     Checkpoint,
     CheckpointKind,
@@ -65,7 +64,7 @@ def holder_gone(row: dict, now) -> tuple[bool, str]:
 def sweep(now=None, limit: int = 1000) -> SweepReport:
     """Reclaim dead leases (retry or fail, with a checkpoint), note overdue live ones,
     recover compensations and re-ring idle ready steps."""
-    now = now or timezone.now()
+    now = now or clock.now()
     report = SweepReport()
     # A dead consumer's finished results on this machine are recorded before its leases
     # are judged: a finished command is never run again.

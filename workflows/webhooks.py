@@ -27,9 +27,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
-from django.utils import timezone
 
-from . import links
+from . import clock, links
 from .addresses import RefusedAddress, resolve
 from .models import Checkpoint, DeliveryStatus, Step, StepStatus, Webhook, WebhookDelivery
 
@@ -68,7 +67,7 @@ def plan(checkpoint_id: int, events) -> list[int]:
                 with transaction.atomic():
                     delivery = WebhookDelivery.objects.create(
                         webhook=webhook, key=key, event=event, run=checkpoint.run,
-                        payload=payload(event, checkpoint, step), rung_at=timezone.now())
+                        payload=payload(event, checkpoint, step), rung_at=clock.now())
             except IntegrityError:
                 continue  # planned by an earlier try of this task
             planned.append(delivery.pk)
@@ -142,7 +141,7 @@ def post(url: str, body: bytes, headers: dict) -> int:
 def deliver(delivery_id: int, now=None) -> str:
     """Post one delivery if it is due (claiming it first, so two workers never post it at
     once); record the attempt. Returns its status afterwards."""
-    now = now or timezone.now()
+    now = now or clock.now()
     claimed = WebhookDelivery.objects.filter(
         pk=delivery_id, status=DeliveryStatus.PENDING, next_attempt_at__lte=now).update(
         next_attempt_at=now + timedelta(seconds=CLAIM_SECONDS))
@@ -176,10 +175,10 @@ def deliver(delivery_id: int, now=None) -> str:
         status, next_at = DeliveryStatus.FAILED, now
     else:
         status = DeliveryStatus.PENDING
-        next_at = timezone.now() + timedelta(seconds=RETRY_DELAYS[attempts - 1])
+        next_at = clock.now() + timedelta(seconds=RETRY_DELAYS[attempts - 1])
     WebhookDelivery.objects.filter(pk=delivery.pk).update(
         status=status, attempts=attempts, last_status_code=code, last_error=error[:2000],
-        next_attempt_at=next_at, delivered_at=timezone.now() if done else None)
+        next_attempt_at=next_at, delivered_at=clock.now() if done else None)
     if not done:
         log.warning("Webhook delivery %s to webhook %s: %s (attempt %s)", delivery.pk,
                     delivery.webhook_id, error, attempts)
@@ -188,7 +187,7 @@ def deliver(delivery_id: int, now=None) -> str:
 
 def due(now=None, limit: int = 500) -> list[int]:
     """Pending deliveries whose next attempt is due (a lost doorbell, or a retry)."""
-    now = now or timezone.now()
+    now = now or clock.now()
     return list(WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING,
                                                next_attempt_at__lte=now)
                 .order_by("next_attempt_at").values_list("pk", flat=True)[:limit])
@@ -198,7 +197,7 @@ def due_to_ring(now=None, limit: int = 500) -> list[int]:
     """Due deliveries not rung since they came due, each marked rung by whoever takes it:
     consumers ticking at once ring each one once, and a receiver that is down gets one
     attempt per retry, not one per consumer per tick."""
-    now = now or timezone.now()
+    now = now or clock.now()
     taken = []
     for pk in due(now, limit):
         quiet = now - timedelta(seconds=2 * settings.TOLLGATE_SWEEP_SECONDS)

@@ -42,15 +42,28 @@ CONTAINER = ("unshare", "--pid", "--uts", "--fork", "--mount-proc", "--kill-chil
 
 
 def start_consumer(env: dict, *, workers: int = 2, log=subprocess.DEVNULL,
-                   container: str = "") -> subprocess.Popen:
+                   container: str = "", skew: str = "") -> subprocess.Popen:
     """`manage.py run_huey` with thread workers, in a session of its own; with `container`
-    (a host name), in pid and UTS namespaces of its own, as a container on this node."""
+    (a host name), in pid and UTS namespaces of its own, as a container on this node; with
+    `skew` ("-30s", "+60s"), its wall clock that far off (faketime; monotonic time kept)."""
     command = [sys.executable, "manage.py", "run_huey", "--workers", str(workers),
                "--worker-type", "thread"]
+    if skew:  # libfaketime itself: the faketime wrapper's semaphore fails in a namespace.
+        # Commands (and their supervisors) get the same clocks, as on one skewed machine.
+        env = {**env, "LD_PRELOAD": libfaketime(), "FAKETIME": skew,
+               "TOLLGATE_COMMAND_ENV": "PATH,HOME,LANG,TMPDIR,LD_PRELOAD,FAKETIME"}
     if container:
         command = [*CONTAINER, "sh", "-c", 'hostname "$0" && exec "$@"', container, *command]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log,
                             start_new_session=True)
+
+
+def libfaketime() -> str:
+    """Debian's libfaketime (package faketime), or "" when it is not installed."""
+    import glob
+
+    found = glob.glob("/usr/lib/*/faketime/libfaketime.so.1")
+    return found[0] if found else ""
 
 
 def inner_pid(outer: int, timeout: float = 10) -> int:

@@ -47,10 +47,10 @@ class Consumer:
     """One consumer process; stopped (SIGINT, then SIGKILL) when the test ends."""
 
     def __init__(self, workers: int = 2, log: Path | None = None, container: str = "",
-                 **env: str):
+                 skew: str = "", **env: str):
         self.log = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
         self.proc = start_consumer(consumer_env(**env), workers=workers, log=self.log,
-                                   container=container)
+                                   container=container, skew=skew)
         # The consumer process itself, as this test sees it (in a container: unshare's child).
         self.pid = inner_pid(self.proc.pid) if container else self.proc.pid
 

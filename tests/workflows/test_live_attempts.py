@@ -19,6 +19,7 @@ from workflows.specs import store_spec
 
 from ..conftest import make_user
 from ..support.attempts import logged_shell, overlaps, ran_to_the_end, read
+from ..support.processes import libfaketime
 from .consumers import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.consumer]
@@ -331,3 +332,42 @@ def test_a_finished_compensation_whose_worker_died_is_recorded_not_run_again(tmp
     row.refresh_from_db()
     assert row.status == "done" and list(ran_to_the_end(log).values()) == [1]
     assert compensations.claim(run.pk, owner="w", lease_seconds=30) is None  # nothing to redo
+
+
+on_postgresql = pytest.mark.skipif(
+    "sqlite" in os.environ.get("DATABASE_URL", "sqlite"),
+    reason="SQLite's clock is each process's own: one machine, one clock")
+has_faketime = pytest.mark.skipif(not libfaketime(), reason="needs faketime (libfaketime)")
+
+
+@needs_root
+@on_postgresql
+@has_faketime
+@pytest.mark.parametrize("skew", ["-30s", "+60s", ""])
+def test_a_worker_with_a_skewed_clock_keeps_its_lease_and_its_retry_times(consumers, tmp_path,
+                                                                          skew, settings):
+    """Leases and retries are on the database's clock: a healthy remote worker 30 s behind
+    keeps its live lease (no reclaim, no overlap), and a 1 s retry comes within a sweep or
+    two of its time (the sweeper rings for retries due on the database's clock, whatever
+    the clock of the consumer that scheduled the doorbell), not 30 or 60 s late."""
+    settings.TOLLGATE_SWEEP_SECONDS = 1  # this process sweeps as the consumers do
+    log = tmp_path / "attempts.log"
+    consumers(workers=1, container="skewed", skew=skew, TOLLGATE_LEASE_SECONDS="2")
+    name = {"-30s": "behind", "+60s": "ahead", "": "on-time"}[skew]
+    spec = store_spec({"name": name, "steps": [
+        {"key": "work", "run": {"shell": logged_shell(log, 3)}, "max_retries": 1},
+        {"key": "flaky", "depends_on": ["work"], "max_retries": 1, "retry_backoff_seconds": 1,
+         "run": {"shell": f'test -e {tmp_path}/second || {{ touch {tmp_path}/second; '
+                          'exit 1; }'}}]})[0]
+    run = engine.open_run(spec).run
+    running_step(run)
+    deadline = time.monotonic() + 30
+    while not finished(run) and time.monotonic() < deadline:
+        assert sweeper.sweep().expired == 0  # never judged dead: its lease is current
+        time.sleep(0.3)
+    assert finished(run) == "completed"
+    assert Step.objects.get(run=run, key="work").attempt == 1 and overlaps(log) == []
+    flaky = Checkpoint.objects.filter(run=run, step__key="flaky").order_by("seq")
+    failed = flaky.get(kind="step_retrying").at
+    retried = flaky.filter(kind="step_started").order_by("-seq").first().at
+    assert (retried - failed).total_seconds() < 6  # the 1 s backoff, on the database's clock

@@ -235,7 +235,7 @@ def test_a_queue_that_is_down_does_not_undo_the_transition(
         raise ConnectionError("queue down")
 
     settings.TOLLGATE_DISPATCH = True
-    monkeypatch.setattr("workflows.tasks.work", down)
+    monkeypatch.setitem(dispatch._tasks, "work", down)
     with (caplog.at_level("ERROR", logger=dispatch.log.name),
           django_capture_on_commit_callbacks(execute=True)):
         run = engine.open_run(spec(*({"key": key, "run": {"command": ["true"]}}

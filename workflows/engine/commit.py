@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 from django.dispatch import Signal
-from django.utils import timezone
 
+from .. import clock
 from ..models import (
     Checkpoint,
     CheckpointKind,
@@ -71,7 +71,7 @@ def commit(state: RunState, kind: str, *, actor, step: Step | None = None, summa
            evidence: dict | None = None, state_patch: dict | None = None) -> Checkpoint:
     """Settle what follows from the acted step and append the one checkpoint."""
     run = state.run
-    now = timezone.now()
+    now = clock.now()
     if step is not None:
         _tell_dependents(state, step)
     skipped = _skip_false_conditions(state, now)

@@ -11,8 +11,8 @@ import uuid
 from datetime import timedelta
 
 from django.db import transaction
-from django.utils import timezone
 
+from .. import clock
 from ..models import (
     Checkpoint,
     CheckpointKind,
@@ -43,7 +43,7 @@ def claim(run_id: int, *, owner: str, lease_seconds: float, holder=None):
         row = open_rows.select_related("step").first()
         if row is None or row.status == CompensationStatus.RUNNING:
             return None
-        now = timezone.now()
+        now = clock.now()
         row.status, row.attempt = CompensationStatus.RUNNING, row.attempt + 1
         row.lease_token = uuid.uuid4().hex
         row.lease_expires_at = now + timedelta(seconds=lease_seconds)
@@ -57,7 +57,7 @@ def claim(run_id: int, *, owner: str, lease_seconds: float, holder=None):
 def renew(row_id: int, token: str, seconds: float) -> bool:
     return bool(Compensation.objects.filter(pk=row_id, lease_token=token,
                                             status=CompensationStatus.RUNNING)
-                .update(lease_expires_at=timezone.now() + timedelta(seconds=seconds)))
+                .update(lease_expires_at=clock.now() + timedelta(seconds=seconds)))
 
 
 def finish(row_id: int, token: str, *, ok: bool, summary: str = "",
@@ -72,7 +72,7 @@ def finish(row_id: int, token: str, *, ok: bool, summary: str = "",
         row = Compensation.objects.get(pk=row_id)
         if row.status != CompensationStatus.RUNNING or row.lease_token != token:
             return None  # released by the sweeper meanwhile; another attempt owns it
-        now = timezone.now()
+        now = clock.now()
         row.status = CompensationStatus.DONE if ok else CompensationStatus.FAILED
         row.summary, row.finished_at, row.lease_token = summary[:10000], now, ""
         row.lease_expires_at = None
@@ -95,7 +95,7 @@ def release(row_id: int) -> Checkpoint | None:
     with locked(row.run_id) as state:
         released = Compensation.objects.filter(
             pk=row_id, status=CompensationStatus.RUNNING,
-            lease_expires_at__lt=timezone.now()).update(
+            lease_expires_at__lt=clock.now()).update(
             status=CompensationStatus.PENDING, lease_token="", lease_expires_at=None,
             rung_at=None)
         if not released:

@@ -3,9 +3,7 @@ rules (see `workflows.permissions`), or by their deadline."""
 
 from __future__ import annotations
 
-from django.utils import timezone
-
-from .. import permissions
+from .. import clock, permissions
 from ..models import Approval, Checkpoint, CheckpointKind, Decision, Run, Step, StepKind, StepStatus
 from ..params import FieldErrors, coerce
 from . import sql
@@ -59,7 +57,7 @@ def _record_decision(step: Step, user, decision: str, comment: str,
                      values: dict | None = None) -> None:
     """Insert the decision now: the unique (step, attempt, user) is the last word on a
     second decision racing in."""
-    now = timezone.now()
+    now = clock.now()
     waited = (now - step.waiting_since).total_seconds() if step.waiting_since else None
     with sql.cursor() as cursor:
         cursor.execute(*APPROVAL.insert(APPROVAL_COLUMNS, [(
@@ -107,7 +105,7 @@ def approve(run, key: str, *, user, comment: str = "", values: dict | None = Non
         if count >= step.approval_required:
             close_gate(step)
             step.status = StepStatus.COMPLETED
-            step.finished_at = timezone.now()
+            step.finished_at = clock.now()
             step.last_summary = comment
             if patch:
                 step.last_state_patch = patch
@@ -126,7 +124,7 @@ def reject(run, key: str, *, user, comment: str) -> Checkpoint:
         step, _ = _gate(state, key, user, "reject")
         _record_decision(step, user, Decision.REJECT, comment)
         close_gate(step)
-        fail_for_good(state.run, step, timezone.now(), comment,
+        fail_for_good(state.run, step, clock.now(), comment,
                       f"rejected by {user.get_username()}: {comment}")
         return commit(state, CheckpointKind.STEP_REJECTED, actor=user, step=step,
                       summary=comment)
@@ -136,7 +134,7 @@ def expire_gate(step_id: int) -> Checkpoint | None:
     """A gate past its deadline is rejected or escalated, as its spec says."""
     with locked(None, step_id=step_id) as state:
         run, step = state.run, state.find(step_id)
-        now = timezone.now()
+        now = clock.now()
         if (step is None or step.status != StepStatus.WAITING_APPROVAL or run.is_terminal
                 or step.deadline_at is None or step.deadline_at > now):
             return None  # decided, moved on or not due

@@ -13,8 +13,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from django.db import connection, transaction
-from django.utils import timezone
 
+from .. import clock
 from ..models import STEP_FRONTIER, Checkpoint, Run, Step, StepKind, StepStatus
 from . import sql
 from .errors import NotFound
@@ -156,7 +156,7 @@ class RunState:
 
     def flush(self) -> None:
         """Write the changed steps and run row and the new checkpoints."""
-        now = timezone.now()
+        now = clock.now()
         groups: dict[tuple, list] = {}
         for step in self.steps.values():
             changed = _changed(step)
@@ -294,7 +294,7 @@ def load(run_id: int, *, key: str | None = None, step_id: int | None = None,
     when it began: if a transition committed meanwhile (the run's checkpoint count moved),
     the steps are read again, under the lock."""
     acted_by = "key" if key is not None else "id" if step_id is not None else ""
-    values = {"run": run_id, "now": timezone.now(),
+    values = {"run": run_id, "now": clock.now(),
               "acted": key if key is not None else step_id}
     text, slots = _cached(("load", acted_by, fairness), lambda: _build_load(acted_by, fairness))
     with sql.cursor() as cursor:
@@ -321,7 +321,7 @@ INSERT_BATCH = 400  # rows per INSERT: within both databases' limits on paramete
 def insert_steps(steps: list[Step]) -> None:
     """Insert new steps (a run's, as it opens) a few hundred rows per statement."""
     names = [name for name in STEP.by_attname if name != "id"]
-    now = timezone.now()
+    now = clock.now()
     for step in steps:
         step.updated_at = now
     with sql.cursor() as cursor:
@@ -378,7 +378,7 @@ def next_claimable_run() -> int | None:
     from is skipped, unless no other has work."""
     text = (f"SELECT id FROM {RUN.name} WHERE claimable_at <= %s "
             "ORDER BY priority_rank DESC, served_at, id LIMIT 1")
-    now = timezone.now()
+    now = clock.now()
     with sql.cursor() as cursor:
         if sql.is_postgres():
             cursor.execute(text + " FOR UPDATE SKIP LOCKED", [now])
@@ -394,5 +394,5 @@ def claimable_exists() -> bool:
     """Does any run have a step a worker may claim now?"""
     with sql.cursor() as cursor:
         cursor.execute(f"SELECT 1 FROM {RUN.name} WHERE claimable_at <= %s LIMIT 1",
-                       [timezone.now()])
+                       [clock.now()])
         return cursor.fetchone() is not None

@@ -9,8 +9,8 @@ from __future__ import annotations
 import random
 
 from django.db.models import Exists, OuterRef, Q
-from django.utils import timezone
 
+from .. import clock
 from ..models import UNDER_WAY_STEP_STATUSES, Run, RunStatus, Step, StepKind, StepStatus
 
 SETTLED_STATUSES = (StepStatus.COMPLETED, StepStatus.SKIPPED)
@@ -74,7 +74,7 @@ def ready_steps(run: Run, steps, now=None) -> list:
     steps = list(steps)
     if run.is_terminal or hard_failure(steps):
         return []
-    now = now or timezone.now()
+    now = now or clock.now()
     return [step for step in steps if is_ready(step, now)]
 
 

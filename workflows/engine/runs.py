@@ -7,11 +7,10 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
-from django.utils import timezone
 
 from goals.models import Goal, Priority
 
-from .. import permissions
+from .. import clock, permissions
 from ..models import (
     OPEN_RUN_STATUSES,
     OPEN_STEP_STATUSES,
@@ -212,7 +211,7 @@ def cancel_run(run, *, actor=None, reason: str = "") -> Checkpoint | None:
         if run.status == RunStatus.CANCELLED:
             return None
         require_open(run, "cancel")
-        now = timezone.now()
+        now = clock.now()
         open_steps = Step.objects.filter(run=run, status__in=OPEN_STEP_STATUSES)
         cancelled = list(open_steps.order_by("index").values_list("key", flat=True))
         # Keep lease tokens: a worker's heartbeat sees its step cancelled and stops the process.

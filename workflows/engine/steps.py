@@ -9,9 +9,8 @@ from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone
 
-from .. import processes
+from .. import clock, processes
 from ..models import Checkpoint, CheckpointKind, RunStatus, Step, StepKind, StepStatus
 from .commit import commit
 from .compensations import under_way
@@ -65,7 +64,7 @@ def claim_next(*, owner: str, lease_seconds: float, holder=None) -> Step | None:
                 state = load(run_id)
             except NotFound:
                 continue
-            now = timezone.now()
+            now = clock.now()
             step = state.first_ready(now)
             if step is not None and may_start(state.run, step, now,
                                               held_back=state.hard_failure() is not None,
@@ -87,7 +86,7 @@ def reschedule(run):
 
 
 def _reschedule(state: RunState) -> None:
-    now = timezone.now()
+    now = clock.now()
     frontier = state.frontier()
     state.run.claimable_at = claimable_at(
         state.run, frontier, state.first_ready(now), held_back=hard_failure(frontier) is not None,
@@ -100,7 +99,7 @@ def _start(state: RunState, step: Step, actor, owner: str, lease_seconds,
     require_open(run, f"start {key}")
     if step.kind == StepKind.APPROVAL:
         raise IllegalTransition(f"{key} is an approval gate; it is decided, not started.")
-    now = timezone.now()
+    now = clock.now()
     running = state.running_count()
     if not may_start(run, step, now, held_back=state.hard_failure() is not None,
                      running=running):
@@ -184,7 +183,7 @@ def complete_step(run, key: str, *, actor=None, summary: str = "", evidence=None
             return stale
         patch = merge_state(state.run, state_patch)
         step.status = StepStatus.COMPLETED
-        step.finished_at = timezone.now()
+        step.finished_at = clock.now()
         step.last_summary = summary
         step.last_evidence = evidence or {}
         step.last_state_patch = patch
@@ -202,7 +201,7 @@ def _chain(state: RunState, checkpoint: Checkpoint, chain: Chain) -> Step | None
     for that one instead: no run starves another)."""
     if state.fairer_waiting:
         return None
-    now = timezone.now()
+    now = clock.now()
     step = state.first_ready(now)
     if step is None or not may_start(state.run, step, now,
                                      held_back=state.hard_failure() is not None,
@@ -227,7 +226,7 @@ def fail_step(run, key: str, *, actor=None, summary: str = "", evidence=None,
 
 def _fail(state: RunState, step, actor, summary, evidence, retryable=True) -> Checkpoint:
     run = state.run
-    now = timezone.now()
+    now = clock.now()
     clear_lease(step)
     step.last_summary = summary
     step.last_evidence = evidence or {}
@@ -265,7 +264,7 @@ def retry_step(run, key: str, *, actor=None) -> Checkpoint:
             step.attempt += 1
             step.approval_group = step.config["approval"]["group"]
             step.escalated_at = None
-            open_gate(step, timezone.now())
+            open_gate(step, clock.now())
         else:
             step.status = StepStatus.PENDING
             step.attempt_base = step.attempt  # a fresh window of automatic retries
@@ -323,7 +322,7 @@ def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
             require_open(run, f"skip {key}")
         step.status = StepStatus.SKIPPED
         close_gate(step)
-        step.finished_at = timezone.now()
+        step.finished_at = clock.now()
         step.last_summary = reason
         clear_lease(step)
         return commit(state, CheckpointKind.STEP_SKIPPED, actor=actor, step=step,
@@ -354,7 +353,7 @@ def record_transition(run, key: str, *, actor=None, step_status: str | None = No
         if step.kind != StepKind.WAIT:
             raise IllegalTransition(f"{key} is a worker step: only its worker reports it "
                                     "(an operator may skip it).")
-        now = timezone.now()
+        now = clock.now()
         ready = may_report(run, step, now, held_back=state.hard_failure() is not None)
         current = step.status
         if step_status in (None, ""):
@@ -408,7 +407,7 @@ def renew_leases(leases: dict[int, str], seconds: float) -> set[int]:
     renewed = set(steps.values_list("pk", flat=True))
     if renewed:
         Step.objects.filter(pk__in=renewed).update(
-            lease_expires_at=timezone.now() + timedelta(seconds=seconds), overdue_noted_at=None)
+            lease_expires_at=clock.now() + timedelta(seconds=seconds), overdue_noted_at=None)
     return renewed
 
 
@@ -447,7 +446,7 @@ def expire_leases(leases: dict[int, list[int]], *, actor=None) -> list[Checkpoin
 
 
 def _expire(state: RunState, step, actor, why: str = "") -> Checkpoint | None:
-    if not _overdue(step, timezone.now()):
+    if not _overdue(step, clock.now()):
         return None  # renewed, finished or already swept
     owner = step.lease_owner
     evidence = {"lease_owner": owner, "expired_at": step.lease_expires_at.isoformat(),
@@ -467,9 +466,9 @@ def note_lease_overdue(step_id: int) -> Checkpoint | None:
     database): say so once on the timeline, and wait."""
     with locked(None, step_id=step_id) as state:
         step = state.find(step_id)
-        if not _overdue(step, timezone.now()) or step.overdue_noted_at is not None:
+        if not _overdue(step, clock.now()) or step.overdue_noted_at is not None:
             return None
-        step.overdue_noted_at = timezone.now()
+        step.overdue_noted_at = clock.now()
         return commit(state, CheckpointKind.LEASE_OVERDUE, actor="sweeper", step=step,
                       summary=f"Lease overdue, holder alive ({step.holder_host} pid "
                               f"{step.holder_pid}); waiting for it",
@@ -488,7 +487,7 @@ def expire_wait(step_id: int) -> Checkpoint | None:
     """A wait step whose report did not come in time fails or is skipped, as its spec says."""
     with locked(None, step_id=step_id) as state:
         run, step = state.run, state.find(step_id)
-        now = timezone.now()
+        now = clock.now()
         if (step is None or step.kind != StepKind.WAIT or run.is_terminal
                 or step.status not in (StepStatus.PENDING, StepStatus.RUNNING,
                                        StepStatus.BLOCKED)
