@@ -138,6 +138,13 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+# Behind PgBouncer in transaction pooling mode a server connection serves another client
+# after each transaction: no server-side cursors, and (before PgBouncer 1.21) no prepared
+# statements.
+TOLLGATE_PGBOUNCER = env_bool("TOLLGATE_PGBOUNCER", False)
+TOLLGATE_PG_PREPARE = env_bool("TOLLGATE_PG_PREPARE", True) and not TOLLGATE_PGBOUNCER
+if TOLLGATE_PGBOUNCER:
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets readers run beside the one writer; IMMEDIATE takes the write lock at BEGIN,
     # so two transitions on one run queue up instead of failing with "database is locked".

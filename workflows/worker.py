@@ -326,6 +326,8 @@ def _record_orphan(kind: str, pk: int, token: str, folder) -> int:
             engine.complete_step(row.run_id, row.key, state_patch=outcome.state_patch, **common)
         else:
             engine.fail_step(row.run_id, row.key, retryable=outcome.retryable, **common)
+    elif not outcome.ok and outcome.evidence.get("terminated") in ("owner_gone", "fenced"):
+        compensations.release(pk, token)  # cut short with its worker: it runs again
     else:
         compensations.finish(pk, token, ok=outcome.ok, summary=outcome.summary,
                              evidence=outcome.evidence)

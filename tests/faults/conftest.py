@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 TALLY = {"faults injected": 0, "runs checked": 0, "overlapping attempts": 0, "results lost": 0,
-         "anomalies found": 0}
+         "compensations run twice": 0, "steps stuck": 0, "mails and webhooks lost": 0,
+         "HTTP 500s": 0, "anomalies found": 0}
 ANOMALIES: list[str] = []
 
 

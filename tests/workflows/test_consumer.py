@@ -67,8 +67,11 @@ def test_sigkill_mid_step_is_recovered_by_a_new_consumer(consumers, tmp_path):
     slow = Step.objects.get(run=run, key="slow")
     assert slow.attempt == 2
     assert completions(run) == {"slow": 1, "after": 1}
+    # Reclaimed by the sweeper, or recorded from the spool by the next consumer: the
+    # supervisor noted that its worker died and stopped the command.
     expired = Checkpoint.objects.get(run=run, kind="step_retrying")
-    assert "Lease" in expired.summary and expired.actor_name.startswith("sweeper")
+    assert ("Lease" in expired.summary and expired.actor_name.startswith("sweeper")) or (
+        "the worker running it died" in expired.summary)
     assert attempts.read_text().count("started") == 2
 
 

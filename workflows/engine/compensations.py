@@ -86,16 +86,17 @@ def finish(row_id: int, token: str, *, ok: bool, summary: str = "",
                       summary=f"Compensation of {step.title}: {summary}")
 
 
-def release(row_id: int) -> Checkpoint | None:
+def release(row_id: int, token: str = "") -> Checkpoint | None:
     """The sweeper's move: a compensation whose worker is gone goes back to pending, to run
-    again."""
+    again; its lease must have run out, unless `token` names the attempt that was cut short
+    (its result says so)."""
     row = Compensation.objects.filter(pk=row_id).select_related("step").first()
     if row is None:
         return None
     with locked(row.run_id) as state:
+        held = {"lease_token": token} if token else {"lease_expires_at__lt": clock.now()}
         released = Compensation.objects.filter(
-            pk=row_id, status=CompensationStatus.RUNNING,
-            lease_expires_at__lt=clock.now()).update(
+            pk=row_id, status=CompensationStatus.RUNNING, **held).update(
             status=CompensationStatus.PENDING, lease_token="", lease_expires_at=None,
             rung_at=None)
         if not released:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import datetime
 import functools
 import json
-import os
 from collections.abc import Iterable, Sequence
 
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.db.models import Model, Q
 from django.db.models.base import ModelState
@@ -31,10 +31,10 @@ def is_postgres() -> bool:
     return connection.vendor == "postgresql"
 
 
-# psycopg prepares a statement the second time a connection runs it. Behind a pooler that
-# cannot keep prepared statements (PgBouncer before 1.21 in transaction mode), set
-# TOLLGATE_PG_PREPARE=0.
-PREPARE_THRESHOLD = 1 if os.environ.get("TOLLGATE_PG_PREPARE", "1") != "0" else None
+# psycopg prepares a statement the second time a connection runs it; not behind a pooler
+# that cannot keep prepared statements (TOLLGATE_PGBOUNCER, or TOLLGATE_PG_PREPARE=0).
+def prepare_threshold() -> int | None:
+    return 1 if settings.TOLLGATE_PG_PREPARE else None
 
 
 def cursor():
@@ -51,7 +51,7 @@ def cursor():
         import psycopg
 
         # Django turns preparing off for poolers' sake; only these server-bound cursors do.
-        db.connection.prepare_threshold = PREPARE_THRESHOLD
+        db.connection.prepare_threshold = prepare_threshold()
         if db.execute_wrappers or db.queries_logged:
             return db._prepare_cursor(psycopg.Cursor(db.connection))
         # $1 placeholders, converted once per statement: psycopg parses a long statement's
