@@ -53,6 +53,7 @@ def world(release_spec):
     engine.start_step(failed, "build")
     engine.fail_step(failed, "build", retryable=False, summary="boom")
     fresh = engine.open_run(release_spec, actor=rita, title="fresh").run
+    engine.add_steps(fresh, [{"key": "agent", "title": "Agent review"}])  # a wait step
     stuck = engine.open_run(release_spec, actor=rita, title="stuck").run
     me = processes.this_process()
     gone = processes.Holder(me.host, me.boot_id, me.pid, (me.started or 0) + 1)  # a dead pid
@@ -105,6 +106,9 @@ EFFECTS = {
     "add_shell": lambda w: w["fresh"].steps.filter(key="added").exists(),
     "add_compensation": lambda w: w["fresh"].steps.filter(key="added").exists(),
     "add_gate": lambda w: w["fresh"].steps.filter(key="added").exists(),
+    "report_wait": lambda w: step_status(w["fresh"], "agent") == "completed",
+    "report_worker": lambda w: step_status(w["fresh"], "build") == "completed",
+    "report_gate": lambda w: step_status(w["gate"], "qa") == "completed",
 }
 
 # Who may do it; everyone else is refused. (skip_gate: nobody, whoever asks.)
@@ -126,7 +130,14 @@ ALLOWED = {
     "add_shell": {"operator", "superuser"},
     "add_compensation": {"operator", "superuser"},
     "add_gate": {"operator", "superuser"},
+    # /transition: a wait step, by those who may work on the run; a worker step or a gate,
+    # by nobody (409 for those who may work on the run, 403 for the rest).
+    "report_wait": {"requester", "operator", "superuser"},
+    "report_worker": set(),
+    "report_gate": set(),
 }
+REFUSED_AS_CONFLICT = {"report_worker": {"requester", "operator", "superuser"},
+                       "report_gate": {"requester", "operator", "superuser"}}
 
 ADDED = {
     "add_wait": {"key": "added"},
@@ -170,6 +181,11 @@ def api_call(world, role, action):
     gate, failed, fresh = world["gate"].pk, world["failed"].pk, world["fresh"].pk
     if action in ADDED:
         return post_json(client, f"/api/runs/{fresh}/steps", {"steps": [ADDED[action]]})
+    if action.startswith("report_"):
+        run, key = {"report_wait": (fresh, "agent"), "report_worker": (fresh, "build"),
+                    "report_gate": (gate, "qa")}[action]
+        return post_json(client, f"/api/runs/{run}/transition", {
+            "step": key, "step_status": "completed", "summary": "done, trust me"})
     url, body = {
         "approve": (f"/api/runs/{gate}/steps/qa/approve", {"comment": "ok"}),
         "reject": (f"/api/runs/{gate}/steps/qa/reject", {"comment": "no"}),
@@ -200,7 +216,8 @@ def expect(world, action, role, response, *, denied: int, success=(200, 201, 302
         if response.status_code == 302:
             assert response["Location"].startswith("/login/")
     else:
-        expected = 409 if action == "skip_gate" else denied
+        expected = 409 if action == "skip_gate" or role in REFUSED_AS_CONFLICT.get(
+            action, ()) else denied
         assert response.status_code == expected, (action, role, response.status_code,
                                                   response.content[:300])
 
@@ -231,7 +248,7 @@ def test_htmx_press(world, action, role):
 
 @pytest.mark.parametrize("role", ROLES)
 @pytest.mark.parametrize("action", [*WEB_ACTIONS, "start", "load_spec", "goal_change",
-                                    *ADDED])
+                                    *ADDED, "report_wait", "report_worker", "report_gate"])
 def test_api(world, action, role):
     response = api_call(world, role, action)
     expect(world, action, role, response, denied=403)
