@@ -273,6 +273,50 @@ def test_redis_down_when_a_run_fails_compensation_still_runs(settings, private_r
     assert check_run(run.pk, ("failed",)) == []
 
 
+def test_redis_down_while_gates_open_loses_no_mail(settings, private_redis, tmp_path, people,
+                                                  release_spec):
+    """Mail a transition owes is an outbox row written with it: gates that open while the
+    queue is down are announced once it is back, each to each approver once."""
+    from huey import PriorityRedisHuey
+
+    import workflows.tasks as tasks
+    from tests.workflows.consumers import Consumer
+    from tests.workflows.helpers import work
+    from workflows.models import Notification, OutboxMessage
+
+    from .conftest import TALLY
+
+    url = private_redis.url
+    settings.TOLLGATE_NOTIFY = True
+    name = f"tollgate-outbox-{os.getpid()}"
+    queue = PriorityRedisHuey(name, url=url)
+    original = tasks.deliver_outbox.huey
+    tasks.deliver_outbox.huey = queue
+    consumer = None
+    try:
+        runs = [engine.open_run(release_spec, actor=people["alice"]).run for _ in range(3)]
+        private_redis.stop()
+        for run in runs:
+            work(run, "build")  # its gate opens; the doorbell for the mail cannot be rung
+            injected()
+        assert OutboxMessage.objects.filter(done_at=None).count() == 3
+        private_redis.start()
+        consumer = Consumer(workers=1, log=tmp_path / "consumer.log", TOLLGATE_REDIS_URL=url,
+                            TOLLGATE_HUEY_NAME=name, TOLLGATE_NOTIFY="1")
+        try:
+            wait_for(lambda: not OutboxMessage.objects.filter(done_at=None).exists(), 30,
+                     what="the outbox to be delivered after the queue returned")
+        finally:
+            TALLY["mails and webhooks lost"] += OutboxMessage.objects.filter(
+                done_at=None).count()
+    finally:
+        if consumer:
+            consumer.stop()
+        tasks.deliver_outbox.huey = original
+    sent = Notification.objects.filter(event="gate_waiting", sent_at__isnull=False)
+    assert sorted(sent.values_list("user__username", flat=True)) == ["bob"] * 3 + ["carol"] * 3
+
+
 @pytest.mark.skipif(connection.vendor != "postgresql" or not shutil.which("pg_ctlcluster"),
                     reason="restarts the PostgreSQL server")
 def test_postgresql_restarted_mid_step_keeps_the_result(consumers, tmp_path):
