@@ -13,7 +13,7 @@ from ninja.errors import HttpError
 from tollgate.query import MAX_ID
 from tollgate.schemas import Error, Id, Input
 
-from .models import Goal, GoalStatus, Priority
+from .models import CLOSED_GOAL_STATUSES, Goal, GoalStatus, Priority
 from .rollup import rollups
 from .services import goal_save, goal_update
 
@@ -115,13 +115,18 @@ def _parent(pk: int | None) -> Goal | None:
 
 @router.get("/goals", response={200: list[GoalOut], 400: Error, 401: Error},
          summary="List goals with their subtree rollups")
-def list_goals(request, status: GoalStatusName | None = None,
+def list_goals(request, status: list[GoalStatusName] = Query(
+                   None, description="one or several (status=active&status=blocked)"),
+               open: bool = Query(False, description="only goals not closed (active or "
+                                                     "blocked); by default every goal"),
                parent: int | None = Query(None, ge=0, le=MAX_ID,
                                           description="0 lists root goals"),
                limit: int = Query(100, ge=1, le=500), offset: int = Query(0, ge=0, le=MAX_ID)):
     goals = Goal.objects.select_related("owner").order_by("title", "pk")
     if status:
-        goals = goals.filter(status=status)
+        goals = goals.filter(status__in=status)
+    if open:
+        goals = goals.exclude(status__in=CLOSED_GOAL_STATUSES)
     if parent == 0:
         goals = goals.filter(parent__isnull=True)
     elif parent:

@@ -179,6 +179,7 @@ def fresh_run(request, pk: int, *, reused: bool = False) -> dict:
 class SpecSummary(Schema):
     name: str
     version: int
+    status: SpecStatusName
     description: str
     versions: int
     runs: int
@@ -202,10 +203,12 @@ class SpecStatusIn(Input):
     version: int = Field(ge=1, le=MAX_ID)
 
 
-@router.get("/specs", response={200: list[SpecSummary], 401: Error},
-            summary="Active specs, with how many versions and runs each has")
-def list_specs(request):
-    return selectors.active_specs()
+@router.get("/specs", response={200: list[SpecSummary], 400: Error, 401: Error},
+            summary="Specs (active by default), with how many versions and runs each has")
+def list_specs(request, status: SpecStatusName | Literal["any"] = Query(
+                   "active", description="active (one version per name), archived, or any"),
+               limit: int | None = Query(None, ge=1, le=1000)):
+    return selectors.active_specs("" if status == "any" else status, limit)
 
 
 @router.get("/specs/{name}", response={200: SpecDetail, 400: Error, 401: Error, 404: Error},
@@ -254,7 +257,9 @@ def create_run(request, payload: RunIn):
 
 
 @router.get("/runs", response={200: RunPage, 400: Error, 401: Error}, summary="List runs")
-def list_runs(request, status: RunStatusName | None = None,
+def list_runs(request, status: list[RunStatusName] = Query(
+                  None, description="one or several (status=open&status=running)"),
+              open: bool = Query(False, description="only runs not yet ended"),
               spec: str | None = Query(None, max_length=100),
               goal: int | None = Query(None, ge=1, le=MAX_ID),
               q: str = Query("", max_length=200,
@@ -270,7 +275,8 @@ def list_runs(request, status: RunStatusName | None = None,
         if value and days[name] is None:
             raise HttpError(400, f"{name}: {value!r} is not a date (YYYY-MM-DD).")
     runs = readable_runs(request.user, selectors.runs(
-        status=status or "", spec=spec or "", goal=goal, q=q, requester=requester, **days))
+        status=status or [], spec=spec or "", goal=goal, q=q, requester=requester,
+        open_only=open, **days))
     return {"count": runs.count(), "results": [run_out(r) for r in runs[offset:offset + limit]]}
 
 
@@ -282,9 +288,15 @@ def get_run_detail(request, run_id: Id):
 
 @router.get("/runs/{run_id}/timeline", response={200: list[CheckpointOut], 400: Error,
                                                     401: Error, 404: Error},
-         summary="The run's checkpoints, oldest first")
-def timeline(request, run_id: Id):
-    return [checkpoint_out(c) for c in selectors.timeline(get_run(request, run_id))]
+         summary="The run's checkpoints: oldest first, or newest first, paged by seq")
+def timeline(request, run_id: Id,
+             order: Literal["oldest", "newest"] = "oldest",
+             limit: int | None = Query(None, ge=1, le=10000),
+             after: int | None = Query(None, ge=0, le=MAX_ID, description="seq greater than"),
+             before: int | None = Query(None, ge=1, le=MAX_ID, description="seq less than")):
+    return [checkpoint_out(c) for c in selectors.timeline(
+        get_run(request, run_id), after=after, before=before,
+        newest_first=order == "newest", limit=limit)]
 
 
 @router.get("/runs/{run_id}/resume", response={200: ResumeOut, 400: Error, 401: Error, 404: Error},

@@ -12,6 +12,7 @@ from .engine.rules import next_move, ready_steps
 from .engine.sql import CompiledQuery
 from .forms import gate_form
 from .models import (
+    OPEN_RUN_STATUSES,
     Approval,
     Checkpoint,
     Decision,
@@ -41,16 +42,21 @@ def inbox_count(user) -> int:
     return _INBOX_COUNT.count(user=user.pk)
 
 
-def runs(*, status: str = "", spec: str = "", goal: int | None = None, q: str = "",
-         requester: str = "", opened_from=None, opened_to=None, finished_from=None,
-         finished_to=None) -> QuerySet[Run]:
+def runs(*, status: str | list[str] = "", spec: str = "", goal: int | None = None,
+         q: str = "", requester: str = "", opened_from=None, opened_to=None,
+         finished_from=None, finished_to=None, open_only: bool = False) -> QuerySet[Run]:
     """Runs, newest first (stable for paging), filtered and searched as the runs page and
-    `GET /api/runs` ask. `q` matches title, idempotency key, spec name or requester; the
-    dates are inclusive days."""
+    `GET /api/runs` ask. `status` is one or several; `open_only` keeps the runs not yet
+    ended. `q` matches title, idempotency key, spec name or requester; the dates are
+    inclusive days."""
     found = Run.objects.select_related("spec", "goal", "requested_by").order_by("-created_at",
                                                                                "-id")
-    if status in RunStatus.values:
-        found = found.filter(status=status)
+    statuses = [status] if isinstance(status, str) else list(status)
+    statuses = [name for name in statuses if name in RunStatus.values]
+    if statuses:
+        found = found.filter(status__in=statuses)
+    if open_only:
+        found = found.filter(status__in=OPEN_RUN_STATUSES)
     if spec:
         found = found.filter(spec_name=spec)
     if goal is not None:
@@ -79,11 +85,19 @@ def parse_day(value: str):
         return None
 
 
-def timeline(run: Run, *, first_seq: int = 1) -> list[Checkpoint]:
-    """A run's checkpoints from `first_seq`, oldest first, each with its step's `step_key`."""
-    return list(run.checkpoints.filter(seq__gte=first_seq)
-                .annotate(step_key=Coalesce(F("step__key"), Value("")))
-                .order_by("seq"))
+def timeline(run: Run, *, first_seq: int = 1, after: int | None = None,
+             before: int | None = None, newest_first: bool = False,
+             limit: int | None = None) -> list[Checkpoint]:
+    """A run's checkpoints from `first_seq` (and after / before a seq), oldest first or
+    newest first, at most `limit` of them, each with its step's `step_key`."""
+    found = run.checkpoints.filter(seq__gte=first_seq)
+    if after is not None:
+        found = found.filter(seq__gt=after)
+    if before is not None:
+        found = found.filter(seq__lt=before)
+    found = (found.annotate(step_key=Coalesce(F("step__key"), Value("")))
+             .order_by("-seq" if newest_first else "seq"))
+    return list(found[:limit] if limit is not None else found)
 
 
 def timeline_for_page(run: Run, *, first_seq: int = 1) -> list[Checkpoint]:
@@ -152,17 +166,22 @@ def resume_state(run) -> dict:
     return answer(run.status, False, None, f"Run {run.pk} is {run.status}.")
 
 
-def active_specs() -> list[dict]:
-    """Active specs by name, with how many versions and runs each has (three queries)."""
-    active = list(WorkflowSpec.objects.filter(status=SpecStatus.ACTIVE).order_by("name"))
+def active_specs(status: str = SpecStatus.ACTIVE, limit: int | None = None) -> list[dict]:
+    """Spec versions in a status (active by default: one per name; "archived"; or "" for
+    every version), by name and newest version first, with how many versions and runs each
+    name has (three queries)."""
+    chosen = WorkflowSpec.objects.order_by("name", "-version")
+    if status:
+        chosen = chosen.filter(status=status)
+    active = list(chosen[:limit] if limit is not None else chosen)
     names = [spec.name for spec in active]
     versions = dict(WorkflowSpec.objects.filter(name__in=names).values_list("name")
                     .annotate(n=Count("pk")).order_by())
     runs_by_name = dict(Run.objects.filter(spec_name__in=names).values_list("spec_name")
                         .annotate(n=Count("pk")).order_by())
-    return [{"name": spec.name, "version": spec.version, "description": spec.description,
-             "versions": versions.get(spec.name, 0), "runs": runs_by_name.get(spec.name, 0)}
-            for spec in active]
+    return [{"name": spec.name, "version": spec.version, "status": spec.status,
+             "description": spec.description, "versions": versions.get(spec.name, 0),
+             "runs": runs_by_name.get(spec.name, 0)} for spec in active]
 
 
 def spec_detail(name: str, *, reveal: bool = False) -> dict | None:

@@ -267,3 +267,53 @@ def test_openapi_document(api):
                  "/api/runs/{run_id}/cancel", "/api/runs/{run_id}/steps/{key}/approve",
                  "/api/runs/{run_id}/steps/{key}/reject", "/api/runs/{run_id}/steps/{key}/retry"]:
         assert path in paths, path
+
+
+class TestListsAsTheRuntimesReadThem:
+    """open=true, several statuses at once, and the timeline newest first in pages."""
+
+    def test_runs_open_only_and_several_statuses(self, api, release_spec):
+        from workflows import engine
+
+        alice = api["alice"].user
+        done = engine.open_run(release_spec, actor=alice).run
+        engine.cancel_run(done, reason="not needed")
+        waiting = engine.open_run(release_spec, actor=alice).run
+        work(waiting, "build")
+        fresh = engine.open_run(release_spec, actor=alice).run
+
+        def ids(**params):
+            return {r["id"] for r in api["alice"].get("/api/runs", **params).json()["results"]}
+
+        assert ids(open="true") == {waiting.pk, fresh.pk}
+        assert ids(status=["cancelled", "waiting_approval"]) == {done.pk, waiting.pk}
+        assert ids() == {done.pk, waiting.pk, fresh.pk}
+        assert api["alice"].get("/api/runs", status="nonsense").status_code == 400
+
+    def test_goals_open_only_and_several_statuses(self, api):
+        from goals.models import Goal
+
+        active = Goal.objects.create(title="A")
+        blocked = Goal.objects.create(title="B", status="blocked", blocker_reason="x")
+        closed = Goal.objects.create(title="C")
+        closed.status = "completed"
+        closed.sync_status_fields()
+        closed.save()
+
+        def ids(**params):
+            return {g["id"] for g in api["alice"].get("/api/goals", **params).json()}
+
+        assert ids() == {active.pk, blocked.pk, closed.pk}  # every goal, as before
+        assert ids(open="true") == {active.pk, blocked.pk}
+        assert ids(status=["blocked", "completed"]) == {blocked.pk, closed.pk}
+
+    def test_the_timeline_newest_first_with_a_limit_and_paging(self, api, run):
+        work(run, "build")  # 3 checkpoints: opened, started, completed
+        url = f"/api/runs/{run.pk}/timeline"
+        assert [c["seq"] for c in api["alice"].get(url).json()] == [1, 2, 3]
+        newest = api["alice"].get(url, order="newest", limit=2).json()
+        assert [c["seq"] for c in newest] == [3, 2]
+        older = api["alice"].get(url, order="newest", before=2).json()
+        assert [c["seq"] for c in older] == [1]
+        assert [c["seq"] for c in api["alice"].get(url, after=1, limit=1).json()] == [2]
+        assert api["alice"].get(url, limit=0).status_code == 400

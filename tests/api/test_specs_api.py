@@ -22,8 +22,13 @@ def test_list_and_read_specs(api, release_spec):
     store_spec({**RELEASE, "description": "v2"})
     engine.open_run("release")
     listed = api["dave"].get("/api/specs").json()
-    assert listed == [{"name": "release", "version": 2, "description": "v2", "versions": 2,
-                       "runs": 1}]
+    assert listed == [{"name": "release", "version": 2, "status": "active", "description": "v2",
+                       "versions": 2, "runs": 1}]
+    archived = api["dave"].get("/api/specs", status="archived").json()
+    assert [(s["name"], s["version"]) for s in archived] == [("release", 1)]
+    every = api["dave"].get("/api/specs", status="any", limit=1).json()
+    assert [(s["version"], s["status"]) for s in every] == [(2, "active")]
+    assert api["dave"].get("/api/specs", status="lost").status_code == 400
     detail = api["dave"].get("/api/specs/release").json()
     assert detail["active_version"] == 2
     assert [(v["version"], v["status"], v["runs"]) for v in detail["versions"]] == [
@@ -46,9 +51,13 @@ def test_archive_and_reactivate_need_the_change_permission(api, people, release_
 
 
 def test_specs_command(release_spec):
+    store_spec({**RELEASE, "description": "v2"})
     out = io.StringIO()
     call_command("specs", stdout=out)
-    assert "release" in out.getvalue() and "v1" in out.getvalue()
+    assert "release" in out.getvalue() and "v2" in out.getvalue() and "v1 " not in out.getvalue()
+    out = io.StringIO()
+    call_command("specs", "--status", "archived", "--limit", "5", stdout=out)
+    assert "v1 " in out.getvalue() and "archived" in out.getvalue()
 
 
 def test_a_program_name_with_spaces_is_refused():
