@@ -94,6 +94,9 @@ class RunIn(Input):
     priority: Literal[tuple(Priority.values)] | None = Field(
         None, description="workers serve higher priorities first (default: the goal's, else "
                           "normal)")
+    reuse: Literal["open", "any", "none"] = Field(
+        "open", description="a key already used: return its open run (open), its latest run "
+                            "whatever its status (any), or refuse it (none)")
 
 
 class CheckpointOut(Schema):
@@ -251,7 +254,8 @@ def create_run(request, payload: RunIn):
     opened = engine.open_run(payload.spec, actor=request.user, goal=payload.goal,
                              idempotency_key=payload.idempotency_key,
                              shared_state=payload.shared_state, title=payload.title,
-                             params=payload.params, priority=payload.priority)
+                             params=payload.params, priority=payload.priority,
+                             reuse=payload.reuse)
     return Status(200 if opened.reused else 201,
                   fresh_run(request, opened.run.pk, reused=opened.reused))
 

@@ -317,3 +317,45 @@ class TestListsAsTheRuntimesReadThem:
         assert [c["seq"] for c in older] == [1]
         assert [c["seq"] for c in api["alice"].get(url, after=1, limit=1).json()] == [2]
         assert api["alice"].get(url, limit=0).status_code == 400
+
+
+class TestReusePolicies:
+    """What a key already used means: its open run, any run, or nothing (refused)."""
+
+    def start(self, api, reuse, key="nightly-1"):
+        return api["alice"].post("/api/runs", {"spec": "release", "idempotency_key": key,
+                                              "reuse": reuse})
+
+    def test_open_by_default_opens_anew_once_the_run_has_ended(self, api, release_spec):
+        first = self.start(api, "open").json()["id"]
+        Run.objects.filter(pk=first).update(status="completed")
+        again = self.start(api, "open")
+        assert again.status_code == 201 and again.json()["id"] != first
+
+    def test_any_returns_the_run_whatever_its_status(self, api, release_spec):
+        first = self.start(api, "any").json()["id"]
+        Run.objects.filter(pk=first).update(status="completed")
+        again = self.start(api, "any")
+        assert again.status_code == 200 and again.json()["id"] == first
+        assert again.json()["reused_existing"] is True
+
+    def test_none_refuses_a_key_already_used(self, api, release_spec):
+        first = self.start(api, "none").json()["id"]
+        refused = self.start(api, "none")
+        assert refused.status_code == 409 and str(first) in refused.json()["error"]
+        Run.objects.filter(pk=first).update(status="cancelled")
+        assert self.start(api, "none").status_code == 409
+        assert Run.objects.count() == 1
+
+    def test_the_command_takes_it_too(self, release_spec):
+        import io
+
+        from django.core.management import call_command
+
+        out = io.StringIO()
+        call_command("start_run", "release", "--idempotency-key", "k", stdout=out)
+        Run.objects.update(status="failed")
+        again = io.StringIO()
+        call_command("start_run", "release", "--idempotency-key", "k", "--reuse", "any",
+                     stdout=again, stderr=io.StringIO())
+        assert again.getvalue() == out.getvalue()

@@ -56,7 +56,7 @@ def test_start_run_prints_id_and_reuses_by_key(release_spec):
     run = Run.objects.get(pk=int(out))
     assert run.shared_state == {"branch": "main"}
     again, err = call("start_run", "release", "--idempotency-key", "nightly-1")
-    assert again == out and "Reused open run" in err
+    assert again == out and "Reused run" in err
 
 
 @pytest.mark.parametrize(("args", "message"), [

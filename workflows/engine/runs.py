@@ -54,12 +54,18 @@ def open_run(
     title: str = "",
     priority: str | None = None,
     params: dict | None = None,
+    reuse: str = "open",
 ) -> Opened:
     """Open a run of a spec (its active version when given by name).
 
-    With an idempotency key already used by an open run of the same spec, that run is
-    returned and marked reused; the database's partial unique index settles races.
+    An idempotency key names one request. `reuse` says what a key already used means:
+    "open" (the default) returns the open run holding it, else opens a new one; "any"
+    returns the latest run that used it, whatever its status; "none" refuses a key any run
+    has used. A run returned is marked reused (and must be the same request, else 409); the
+    database's partial unique index settles races.
     """
+    if reuse not in REUSE_POLICIES:
+        raise InvalidInput(f"reuse must be one of {', '.join(REUSE_POLICIES)}, got {reuse!r}.")
     if permissions.is_person(actor) and not permissions.has(actor, permissions.START):
         raise NotPermitted(f"{actor_of(actor)[1] or 'anonymous'} may not start runs.")
     if isinstance(spec, str):
@@ -95,7 +101,10 @@ def open_run(
     request = {"spec": spec, "goal": goal, "title": title, "shared_state": shared_state,
                "params": values if params is not None else None}
     if idempotency_key:
-        existing = _open_run_with_key(spec.name, idempotency_key)
+        existing = _run_with_key(spec.name, idempotency_key, reuse)
+        if existing and reuse == "none":
+            raise IllegalTransition(f"Idempotency key {idempotency_key!r} was used by run "
+                                    f"{existing.pk} (reuse none: a key is used once).")
         if existing:
             return _reused(existing, idempotency_key, request)
     user, _ = actor_of(actor)
@@ -124,6 +133,9 @@ def open_run(
         existing = _open_run_with_key(spec.name, idempotency_key) if idempotency_key else None
         if existing is None:
             raise
+        if reuse == "none":
+            raise IllegalTransition(f"Idempotency key {idempotency_key!r} was used by run "
+                                    f"{existing.pk} (reuse none: a key is used once).") from None
         return _reused(existing, idempotency_key, request)
     return Opened(run, False)
 
@@ -147,7 +159,8 @@ def _reused(existing: Run, key: str, request: dict) -> Opened:
     if request["params"] is not None and existing.params != request["params"]:
         differs.append("params")
     if differs:
-        raise IllegalTransition(f"Idempotency key {key!r} is already used by open run "
+        raise IllegalTransition(f"Idempotency key {key!r} is already used by "
+                                f"{'open ' if not existing.is_terminal else ''}run "
                                 f"{existing.pk} with a different {'; '.join(differs)}.")
     return Opened(existing, True)
 
@@ -194,6 +207,18 @@ def require_added_steps_allowed(actor, steps: list[dict]) -> None:
             raise InvalidInput(f"step {item['key']!r}: a gate added to a running run cannot "
                                "allow self-approval.")
         require_operator(actor, f"add the gate {item['key']!r}")
+
+
+REUSE_POLICIES = ("open", "any", "none")
+
+
+def _run_with_key(spec_name: str, key: str, reuse: str) -> Run | None:
+    """The run a key names under a reuse policy: the open one, or (any, none) the latest
+    run that used it, open or not."""
+    if reuse == "open":
+        return _open_run_with_key(spec_name, key)
+    return _open_run_with_key(spec_name, key) or (
+        Run.objects.filter(idempotency_key=key).order_by("-created_at", "-id").first())
 
 
 def _open_run_with_key(spec_name: str, key: str) -> Run | None:

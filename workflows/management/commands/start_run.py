@@ -19,6 +19,9 @@ class Command(BaseCommand):
         parser.add_argument("--priority", choices=Priority.values,
                             help="workers serve higher priorities first (default: the goal's, "
                                  "else normal)")
+        parser.add_argument("--reuse", choices=["open", "any", "none"], default="open",
+                            help="a key already used: its open run (default), its latest run "
+                                 "whatever its status, or refuse it")
         parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                             help="a run parameter the spec declares (repeat for more)")
 
@@ -40,11 +43,11 @@ class Command(BaseCommand):
                 options["spec"], actor="manage.py start_run", goal=options["goal"],
                 idempotency_key=options["idempotency_key"], shared_state=state,
                 title=options["title"], params=params if options["param"] else None,
-                priority=options["priority"],
+                priority=options["priority"], reuse=options["reuse"],
             )
         except engine.WorkflowError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(str(opened.run.pk))
         if opened.reused:
-            self.stderr.write(f"Reused open run {opened.run.pk} for idempotency key "
+            self.stderr.write(f"Reused run {opened.run.pk} for idempotency key "
                               f"{options['idempotency_key']!r}.")
