@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -269,6 +270,13 @@ TOLLGATE_COMMAND_USER = os.environ.get("TOLLGATE_COMMAND_USER", "")
 # One folder per running command's attempt; its result is kept there until it is recorded.
 # Keep it on a disk that survives the consumer (not a tmpfs that a container loses).
 TOLLGATE_SPOOL_DIR = os.environ.get("TOLLGATE_SPOOL_DIR", str(VAR_DIR / "spool"))
+# Coding agents: provider -> argv with "{prompt}" (JSON), over the documented defaults.
+TOLLGATE_AGENT_COMMANDS = json.loads(os.environ.get("TOLLGATE_AGENT_COMMANDS", "{}"))
+# Accounts: profile -> {KEY: VALUE} (JSON), else a command printing `export KEY=VALUE` lines
+# (argv with "{tool}" and "{profile}", JSON), the tool defaulting from the agent's provider.
+TOLLGATE_ACCOUNTS = json.loads(os.environ.get("TOLLGATE_ACCOUNTS", "{}"))
+TOLLGATE_ACCOUNT_COMMAND = json.loads(os.environ.get("TOLLGATE_ACCOUNT_COMMAND", "[]"))
+TOLLGATE_ACCOUNT_TOOLS = json.loads(os.environ.get("TOLLGATE_ACCOUNT_TOOLS", "{}"))
 TOLLGATE_COMMAND_ENV = env_list("TOLLGATE_COMMAND_ENV", "PATH,HOME,LANG,LC_ALL,TZ,TMPDIR")
 TOLLGATE_OUTPUT_CAP = int(os.environ.get("TOLLGATE_OUTPUT_CAP", str(64 * 1024)))
 # Ring doorbells on Huey for newly ready steps after each transition commits.

@@ -17,9 +17,10 @@ from pathlib import Path
 
 from django.conf import settings
 
-from . import spool
+from . import accounts, agents, spool
 from .params import env_name
 from .specs import allowed_callable
+from .values import fill
 
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
 REDACTED = "[redacted]"
@@ -223,8 +224,11 @@ def run_process(action: dict, *, context: dict, shared_state: dict, stop: thread
     cap = settings.TOLLGATE_OUTPUT_CAP
     try:
         env = resolved_env(action)
-    except MissingSecret as exc:
+        account = accounts.environment(action.get("account"), context.get("provider"))
+    except (MissingSecret, accounts.AccountError) as exc:
         return Outcome(False, str(exc))
+    env = {**env, **account}
+    hidden = [value for value in account.values() if len(value) >= 4]
     try:
         user = command_user()
     except KeyError:
@@ -237,10 +241,13 @@ def run_process(action: dict, *, context: dict, shared_state: dict, stop: thread
         return Outcome(False, f"Could not make the attempt's folder: {exc.strerror or exc}")
     try:
         outcome = _run_in(work, action, env, user, context, shared_state, stop, grace, cap,
-                          on_spawn)
+                          on_spawn, hidden)
     except OSError as exc:  # a full or broken disk: the attempt ends, saying so
         outcome = Outcome(False, f"Could not prepare or read the command's files: "
                                  f"{exc.strerror or exc}")
+    if action.get("account"):  # which account, never its values
+        outcome.evidence["account"] = accounts.described(action["account"],
+                                                         context.get("provider"))
     if lease and (work / "result.json").exists():
         outcome.spooled = work  # kept until the worker has recorded it
     else:
@@ -249,7 +256,7 @@ def run_process(action: dict, *, context: dict, shared_state: dict, stop: thread
 
 
 def _run_in(work: Path, action, env, user, context, shared_state, stop, grace, cap,
-            on_spawn) -> Outcome:
+            on_spawn, hidden: list[str]) -> Outcome:
     """Prepare the attempt's folder, run the command under its supervisor, and read what it
     left there (outcome_of)."""
     # The command's own files live in io/; the supervisor's (spec, child, result) stay in
@@ -275,7 +282,10 @@ def _run_in(work: Path, action, env, user, context, shared_state, stop, grace, c
         json.dump({"argv": argv, "cwd": action.get("cwd") or (str(io) if user else None),
                    "env": clean, "user": user.pw_name if user else None,
                    "fence_at": fence_at, "fence_grace": getattr(stop, "fence_grace", None),
-                   "timeout_seconds": action.get("timeout_seconds")}, handle)
+                   "timeout_seconds": action.get("timeout_seconds"),
+                   # What to redact besides the worker's own secrets, for whoever reads
+                   # this folder's result (the folder is the worker's alone).
+                   "redact": hidden}, handle)
     lifeline, keep = os.pipe()
     line = Lifeline(keep)
     try:
@@ -305,6 +315,7 @@ def outcome_of(work: Path, secrets: list[str], cap: int | None = None) -> Outcom
     same."""
     cap = settings.TOLLGATE_OUTPUT_CAP if cap is None else cap
     spec = _read_json(work / "spec.json") or {}
+    secrets = sorted({*secrets, *spec.get("redact", [])}, key=len, reverse=True)
     argv = spec.get("argv") or ["?"]
     result = _read_json(work / "result.json") or {}
     reason = (_read_text(work / "reason") or "").strip()
@@ -454,5 +465,39 @@ def execute(action: dict, *, context: dict, shared_state: dict, stop: threading.
     """Run any action, as the spec describes it."""
     if "callable" in action:
         return run_callable(action, context=context, shared_state=shared_state)
+    if "agent" in action:
+        return run_agent(action, context=context, shared_state=shared_state, stop=stop,
+                         on_spawn=on_spawn)
     return run_process(action, context=context, shared_state=shared_state, stop=stop,
                        on_spawn=on_spawn)
+
+
+def run_agent(action: dict, *, context: dict, shared_state: dict, stop: threading.Event,
+              on_spawn=None) -> Outcome:
+    """Run a coding agent as a command: its provider's non-interactive command line with the
+    prompt (params and state filled in), under the same supervisor, lease, timeout, output
+    capture and redaction as any command. With several providers, the next is tried when
+    one fails; the evidence names the provider that ran and those tried."""
+    agent = action["agent"]
+    prompt = fill(agent["prompt"], shared_state, context.get("params"))
+    account = action.get("account") or agent.get("account")
+    tried, outcome = [], None
+    for provider in agent["providers"]:
+        if outcome is not None:
+            spool.discard(outcome.spooled)  # a provider that failed: the next one runs
+        try:
+            argv = agents.command_line(provider, prompt)
+        except agents.ProviderError as exc:
+            outcome = Outcome(False, str(exc), retryable=False)
+        else:
+            command = {key: value for key, value in action.items()
+                       if key in ("timeout_seconds", "cwd", "env")}
+            command.update(command=argv, account=account)
+            outcome = run_process(command, context={**context, "provider": provider},
+                                  shared_state=shared_state, stop=stop, on_spawn=on_spawn)
+        tried.append(provider)
+        outcome.evidence.update(provider=provider, providers_tried=list(tried))
+        if outcome.ok or stop.is_set():
+            break
+    outcome.summary = f"{outcome.summary} ({'agent ' + tried[-1]})"
+    return outcome

@@ -116,10 +116,11 @@ def can_cancel(user, run) -> bool:
 
 
 def runs_programs(definition: dict) -> bool:
-    """Does this spec run commands or shell on the workers (steps or compensations)?"""
+    """Does this spec run programs on the workers: commands, shell or coding agents (in
+    steps or compensations)?"""
     for item in definition.get("steps", []):
         for block in (item.get("run") or {}, item.get("compensation") or {}):
-            if isinstance(block, dict) and ("command" in block or "shell" in block):
+            if isinstance(block, dict) and {"command", "shell", "agent"} & set(block):
                 return True
     return False
 

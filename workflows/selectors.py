@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from django.db.models import Count, F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 
@@ -24,6 +22,7 @@ from .models import (
 )
 from .permissions import decidable_by
 from .specs import masked
+from .values import fill
 
 
 def _decidable_by_user_id(user):
@@ -249,19 +248,12 @@ def decision_rows(approvals: QuerySet[Approval]):
                "values": values or {}, "waited_seconds": waited}
 
 
-PLACEHOLDER = re.compile(r"{{\s*(state|params)\.([A-Za-z0-9_.-]+)\s*}}")
 OUTPUT_TAIL_LINES = 5
 
 
 def fill_placeholders(text: str, run: Run) -> str:
     """`{{ state.key }}` and `{{ params.key }}` (dotted for nested values) from the run."""
-    def lookup(match) -> str:
-        value = run.shared_state if match.group(1) == "state" else run.params
-        for part in match.group(2).split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        return "" if value is None else str(value)
-
-    return PLACEHOLDER.sub(lookup, text or "")
+    return fill(text, run.shared_state, run.params)
 
 
 def inbox_gates(user) -> list:

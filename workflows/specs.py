@@ -23,7 +23,13 @@ STEP_FIELDS = {
     "continue_on_failure", "compensation", "timeout_seconds", "on_timeout", "when",
 }
 WAIT_OUTCOMES = ("fail", "skip")
-ACTION_FIELDS = {"command", "shell", "callable", "timeout_seconds", "cwd", "env"}
+ACTION_FIELDS = {"command", "shell", "callable", "agent", "timeout_seconds", "cwd", "env",
+                 "account"}
+# Coding agents a step may run, each through its non-interactive command line (settings).
+PROVIDERS = ("claude", "cursor", "codewith", "aicopilot", "opencode", "codex")
+AGENT_FIELDS = {"provider", "prompt", "account", "providers"}
+ACCOUNT_FIELDS = {"profile", "tool"}
+PROMPT_LIMIT = 20000
 APPROVAL_FIELDS = {
     "group", "required", "allow_self_approval", "timeout_seconds", "on_timeout", "escalate_to",
     "form",
@@ -113,14 +119,61 @@ def callable_allowed(path: str) -> bool:
     return allowed_callable(path) is not None
 
 
+def _validate_account(where: str, account) -> dict:
+    """An account whose environment the worker resolves for this step: a profile, and the
+    tool that prints it (defaulting from the agent's provider)."""
+    if not isinstance(account, dict):
+        _fail(where, 'must be an object such as {"profile": "work"}')
+    _unknown(where, account, ACCOUNT_FIELDS)
+    for name in ("profile", "tool"):
+        value = account.get(name)
+        if name in account and (not isinstance(value, str) or not SECRET_NAME.match(value)):
+            _fail(f"{where} {name}", "must be 1 to 100 letters, digits, '-', '_' or '.'")
+    if "profile" not in account:
+        _fail(where, "needs a profile")
+    return account
+
+
+def _validate_agent(where: str, agent) -> dict:
+    if not isinstance(agent, dict):
+        _fail(where, 'must be an object such as {"provider": "claude", "prompt": "..."}')
+    _unknown(where, agent, AGENT_FIELDS)
+    providers = agent.get("providers", [agent.get("provider")] if "provider" in agent else [])
+    if "provider" in agent and "providers" in agent:
+        _fail(where, "needs provider or providers (a list tried in order), not both")
+    if not isinstance(providers, list) or not providers:
+        _fail(where, f"needs a provider (one of {', '.join(PROVIDERS)})")
+    for provider in providers:
+        if provider not in PROVIDERS:
+            _fail(where, f"provider {provider!r} is not one of {', '.join(PROVIDERS)}")
+    prompt = agent.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        _fail(where, "needs a prompt (a non-empty string)")
+    if len(prompt) > PROMPT_LIMIT:
+        _fail(where, f"prompt is longer than {PROMPT_LIMIT} characters")
+    normal = {"providers": providers, "prompt": prompt}
+    if "account" in agent:
+        normal["account"] = _validate_account(f"{where} account", agent["account"])
+    return normal
+
+
 def _validate_action(where: str, action) -> dict:
     if not isinstance(action, dict):
-        _fail(where, "must be an object with one of command, shell or callable")
+        _fail(where, "must be an object with one of command, shell, callable or agent")
     _unknown(where, action, ACTION_FIELDS)
-    given = [k for k in ("command", "shell", "callable") if k in action]
+    given = [k for k in ("command", "shell", "callable", "agent") if k in action]
     if len(given) != 1:
-        _fail(where, "needs exactly one of command, shell or callable"
+        _fail(where, "needs exactly one of command, shell, callable or agent"
               + (f" (got {', '.join(given)})" if given else ""))
+    if "agent" in action:
+        action = {**action, "agent": _validate_agent(f"{where} agent", action["agent"])}
+    if "account" in action:
+        if "callable" in action:
+            _fail(where, "account is for a command, shell or agent step")
+        if "agent" in action and "account" in action["agent"]:
+            _fail(where, "give the account once, in run or in agent")
+        action = {**action, "account": _validate_account(f"{where} account",
+                                                         action["account"])}
     if "command" in action:
         command = action["command"]
         if isinstance(command, str):

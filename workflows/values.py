@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 MAX_DEPTH = 64
 
@@ -29,3 +30,18 @@ def check_json(value, where: str) -> None:
                 stack.append((child, f"{path}.{key}", depth + 1))
         elif isinstance(item, list):
             stack.extend((child, f"{path}[{i}]", depth + 1) for i, child in enumerate(item))
+
+
+PLACEHOLDER = re.compile(r"{{\s*(state|params)\.([A-Za-z0-9_.-]+)\s*}}")
+
+
+def fill(text: str, shared_state: dict | None, params: dict | None) -> str:
+    """`{{ state.key }}` and `{{ params.key }}` (dotted for nested values) filled in; a
+    missing value reads as empty."""
+    def lookup(match) -> str:
+        value = shared_state if match.group(1) == "state" else params
+        for part in match.group(2).split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        return "" if value is None else str(value)
+
+    return PLACEHOLDER.sub(lookup, text or "")
