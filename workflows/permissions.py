@@ -102,13 +102,13 @@ def can_retry(user, run, step) -> bool:
 
 
 def can_skip(user, run, step) -> bool:
-    """Work steps only: a gate is never skipped. A failed step may be skipped in a failed
-    run (the run then moves on)."""
+    """Work steps only: a gate is never skipped. A running one is stopped and skipped; a
+    failed step may be skipped in a failed run (the run then moves on)."""
     run_allows = run.status in OPEN_RUN_STATUSES or (
         run.status == RunStatus.FAILED and step.status == StepStatus.FAILED)
     return (step.kind != "approval" and run_allows and can_operate(user)
             and step.status in (StepStatus.PENDING, StepStatus.FAILED, StepStatus.BLOCKED,
-                                StepStatus.RETRYING))
+                                StepStatus.RETRYING, StepStatus.RUNNING))
 
 
 def can_cancel(user, run) -> bool:

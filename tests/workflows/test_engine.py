@@ -349,10 +349,14 @@ class TestCancelAndSkip:
         with pytest.raises(engine.IllegalTransition, match="run .* is completed"):
             engine.cancel_run(run)
 
-    def test_skip_running_step_is_refused(self, run):
-        engine.start_step(run, "build")
-        with pytest.raises(engine.IllegalTransition, match="Cannot skip build: it is running"):
-            engine.skip_step(run, "build", reason="r")
+    def test_a_running_step_is_skipped_and_its_late_result_is_stale(self, run):
+        step = engine.start_step(run, "build", owner="w", lease_seconds=30)
+        checkpoint = engine.skip_step(run, "build", reason="built by hand")
+        assert checkpoint.evidence["stopped_attempt"] == {"attempt": 1, "owner": "w"}
+        assert status(run)["build"] == "skipped" and status(run)["qa"] == "waiting_approval"
+        assert engine.renew_leases({step.pk: step.lease_token}, 30) == set()  # worker stops
+        late = engine.complete_step(run, "build", lease_token=step.lease_token)
+        assert late.kind == "stale_result" and status(run)["build"] == "skipped"
 
 
 AGENT_SPEC = {"name": "agent-work", "steps": [

@@ -371,3 +371,33 @@ def test_a_worker_with_a_skewed_clock_keeps_its_lease_and_its_retry_times(consum
     failed = flaky.get(kind="step_retrying").at
     retried = flaky.filter(kind="step_started").order_by("-seq").first().at
     assert (retried - failed).total_seconds() < 6  # the 1 s backoff, on the database's clock
+
+
+def test_skipping_a_running_command_stops_its_process_tree(consumers, tmp_path, people):
+    """An operator skips a running step: its command and what it started are stopped, the
+    run moves on, and the skip is one checkpoint."""
+    from django.test import Client
+
+    from workflows.models import ApiToken
+
+    grandchild = tmp_path / "grandchild"
+    consumers(workers=1)
+    spec = store_spec({"name": "skip-running", "steps": [
+        {"key": "work", "run": {"shell": f"sleep 60 & echo $! > {grandchild}; sleep 60"}},
+        {"key": "after", "depends_on": ["work"], "run": {"callable": "workflows.callables.noop"}},
+    ]})[0]
+    run = engine.open_run(spec).run
+    step = running_step(run)
+    wait_for(lambda: grandchild.exists() and grandchild.read_text().strip(), 10, 0.05,
+             what="the grandchild")
+    token = ApiToken.objects.issue(people["alice"], "ops")[1]
+    response = Client(HTTP_AUTHORIZATION=f"Bearer {token}").post(
+        f"/api/runs/{run.pk}/steps/work/skip", {"reason": "done by hand"},
+        content_type="application/json")
+    assert response.status_code == 200, response.content
+    wait_for(lambda: not alive(step.child_pid), 10, 0.05, what="the command to stop")
+    wait_for(lambda: not alive(int(grandchild.read_text())), 10, 0.05,
+             what="the grandchild to stop")
+    assert wait_for(lambda: finished(run), 20, what="the run to finish") == "completed"
+    assert Checkpoint.objects.filter(run=run, kind="step_skipped").count() == 1
+    assert Step.objects.get(pk=step.pk).status == "skipped"

@@ -297,7 +297,9 @@ def _rerun_note(redone: list[str]) -> str:
 
 
 def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
-    """Skip a work step that is not running; its dependants may go on.
+    """Skip a work step; its dependants may go on. A running one is skipped at once: its
+    worker's next heartbeat finds the step skipped and stops the command's process tree,
+    and the attempt's late result is kept as `stale result` evidence.
 
     A gate is never skipped, whoever asks: only its approvers pass it, under its quorum.
     """
@@ -311,23 +313,31 @@ def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
         require_operator(actor, f"skip {key}")
         if not (reason or "").strip():
             raise InvalidInput(f"A reason is required to skip {key}.")
-        if step.status in (StepStatus.RUNNING, StepStatus.COMPLETED, StepStatus.SKIPPED,
-                           StepStatus.CANCELLED, StepStatus.COMPENSATED):
+        if step.status in (StepStatus.COMPLETED, StepStatus.SKIPPED, StepStatus.CANCELLED,
+                           StepStatus.COMPENSATED):
             raise IllegalTransition(f"Cannot skip {key}: it is {step.status}.")
+        stopped = step.status == StepStatus.RUNNING and bool(step.lease_token)
         redone = []
         if run.status == RunStatus.FAILED and step.status == StepStatus.FAILED:
             # Skipping the failure that holds the run moves it on, as a retry would.
             redone = _reopen_failed_run(state, key, "skip")
         else:
             require_open(run, f"skip {key}")
+        evidence = {"rerun_compensated": redone} if redone else {}
+        if stopped:
+            evidence["stopped_attempt"] = {"attempt": step.attempt, "owner": step.lease_owner}
+        token = step.lease_token
         step.status = StepStatus.SKIPPED
         close_gate(step)
         step.finished_at = clock.now()
         step.last_summary = reason
         clear_lease(step)
+        if stopped:
+            # Kept, as a cancel keeps it: the worker's heartbeat sees the step skipped (not
+            # running under its token) and stops the command; its late report is stale.
+            step.lease_token = token
         return commit(state, CheckpointKind.STEP_SKIPPED, actor=actor, step=step,
-                      summary=reason + _rerun_note(redone),
-                      evidence={"rerun_compensated": redone} if redone else None)
+                      summary=reason + _rerun_note(redone), evidence=evidence or None)
 
 
 AGENT_STATUSES = (StepStatus.RUNNING, StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.BLOCKED)
