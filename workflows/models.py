@@ -236,6 +236,9 @@ class Step(HeldByProcess):
     compensated_at = models.DateTimeField(null=True, blank=True)
     lease_token = models.CharField(max_length=64, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # The lease token of the attempt whose own report ended it: the same report sent again
+    # (its connection dropped as it committed) is recognised, not recorded twice.
+    finished_token = models.CharField(max_length=64, blank=True)
     # The command the running attempt spawned (its holder is in HeldByProcess).
     child_pid = models.PositiveIntegerField(null=True, blank=True)
     child_pgid = models.PositiveIntegerField(null=True, blank=True)

@@ -466,6 +466,17 @@ class TestLeases:
         engine.complete_step(run, "build", lease_token=second.lease_token)
         assert status(run)["build"] == "completed"
 
+    @pytest.mark.parametrize("verb", ["complete", "fail"])
+    def test_a_report_sent_again_after_it_committed_is_recognised(self, run, verb):
+        """A worker whose connection dropped as its report committed sends it again: the
+        step keeps the first, and nothing is recorded twice (no stale result)."""
+        step = engine.start_step(run, "build", owner="w1", lease_seconds=30)
+        report = (engine.complete_step if verb == "complete" else engine.fail_step)
+        first = report(run, "build", lease_token=step.lease_token)
+        again = report(run, "build", lease_token=step.lease_token)
+        assert again.pk == first.pk
+        assert not Checkpoint.objects.filter(run=run, kind="stale_result").exists()
+
     def test_renew_only_with_live_token(self, run):
         step = engine.start_step(run, "build", owner="w1", lease_seconds=30)
         assert engine.renew_leases({step.pk: step.lease_token}, 30) == {step.pk}

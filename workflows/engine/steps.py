@@ -149,6 +149,11 @@ def _reported_step(state: RunState, key: str, actor, lease_token, verb: str, gat
     if lease_token is not None and (
         step.lease_token != lease_token or step.status != StepStatus.RUNNING
     ):
+        if lease_token == step.finished_token:
+            # This attempt's report, recorded already: the worker sent it again because its
+            # connection dropped as the first one committed. Nothing to record twice.
+            return step, (Checkpoint.objects.filter(run_id=run.pk, step_id=step.pk)
+                          .order_by("-seq").first())
         outcome = {"complete": "completed", "fail": "failed"}[verb]
         return step, _stale(state, step, actor, lease_token, outcome)
     require_open(run, f"{verb} {key}")
@@ -187,6 +192,7 @@ def complete_step(run, key: str, *, actor=None, summary: str = "", evidence=None
         step.last_summary = summary
         step.last_evidence = evidence or {}
         step.last_state_patch = patch
+        step.finished_token = lease_token or ""
         clear_lease(step)
         checkpoint = commit(state, CheckpointKind.STEP_COMPLETED, actor=actor, step=step,
                             summary=summary or f"{step.title} completed",
@@ -221,6 +227,7 @@ def fail_step(run, key: str, *, actor=None, summary: str = "", evidence=None,
         step, stale = _reported_step(state, key, actor, lease_token, "fail", "reject")
         if stale:
             return stale
+        step.finished_token = lease_token or ""
         return _fail(state, step, actor, summary, evidence, retryable)
 
 
