@@ -149,7 +149,7 @@ def _reported_step(state: RunState, key: str, actor, lease_token, verb: str, gat
     if lease_token is not None and (
         step.lease_token != lease_token or step.status != StepStatus.RUNNING
     ):
-        if lease_token == step.finished_token:
+        if lease_token and lease_token == step.finished_token:
             # This attempt's report, recorded already: the worker sent it again because its
             # connection dropped as the first one committed. Nothing to record twice.
             return step, (Checkpoint.objects.filter(run_id=run.pk, step_id=step.pk)
