@@ -30,13 +30,6 @@ def now() -> datetime:
     return timezone.now() + _offset
 
 
-def offset() -> timedelta:
-    """How far the database's clock is ahead of this process's (as last measured)."""
-    if time.monotonic() - _checked >= CHECK_SECONDS:
-        _measure()
-    return _offset
-
-
 def _measure() -> None:
     global _offset, _checked
     with _lock:
@@ -55,9 +48,3 @@ def _measure() -> None:
             return  # measured again on the next call; the last offset stands meanwhile
         _offset = theirs - (before + (after - before) / 2)
         _checked = time.monotonic()
-
-
-def forget() -> None:
-    """Measure again on the next call (tests, and after a long pause)."""
-    global _checked
-    _checked = -CHECK_SECONDS

@@ -10,6 +10,7 @@ import logging
 
 from django.conf import settings
 
+from . import clock
 from .engine import Announcement
 
 log = logging.getLogger(__name__)
@@ -63,8 +64,6 @@ def wake_at(eta, priority: int = 1) -> None:
     """Ring a doorbell at `eta` (a scheduled retry, on the database's clock). Huey keeps a
     time on the clock of the consumer that schedules it, so it is given as a delay from
     now on the database's clock: a consumer whose clock is off still rings on time."""
-    from . import clock
-
     delay = max((eta - clock.now()).total_seconds(), 0.0)
     _enqueue(f"a doorbell for {eta}; the sweeper will ring again", _tasks["work"].schedule,
              delay=delay, priority=priority)

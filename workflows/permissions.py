@@ -150,12 +150,6 @@ def readable_runs(user, runs: QuerySet | None = None) -> QuerySet:
     return runs.filter(Q(requested_by=user) | Q(pk__in=gated.values("run_id")))
 
 
-def can_read_run(user, run) -> bool:
-    if sees_every_run(user):
-        return True
-    return readable_runs(user).filter(pk=run.pk).exists()
-
-
 def can_change_specs(user) -> bool:
     """Change specs, and so read their inline env values in clear."""
     return has(user, "workflows.change_workflowspec")

@@ -319,13 +319,8 @@ def _record_orphan(kind: str, pk: int, token: str, folder) -> int:
         secrets = secret_values({})
     outcome = outcome_of(folder, secrets)
     if kind == "step":
-        actor = f"worker {row.lease_owner} (recorded from its spool after it stopped)"
-        common = {"actor": actor, "summary": outcome.summary, "evidence": outcome.evidence,
-                  "lease_token": token}
-        if outcome.ok:
-            engine.complete_step(row.run_id, row.key, state_patch=outcome.state_patch, **common)
-        else:
-            engine.fail_step(row.run_id, row.key, retryable=outcome.retryable, **common)
+        _record_step(row, token, f"worker {row.lease_owner} (recorded from its spool after "
+                                 "it stopped)", outcome)
     elif not outcome.ok and outcome.evidence.get("terminated") in ("owner_gone", "fenced"):
         compensations.release(pk, token)  # cut short with its worker: it runs again
     else:
@@ -337,26 +332,34 @@ def _record_orphan(kind: str, pk: int, token: str, folder) -> int:
 
 
 def _report_outcome(step: Step, token: str, owner: str, outcome, chain: bool):
-    common = {"actor": f"worker {owner}", "summary": outcome.summary,
-              "evidence": outcome.evidence, "lease_token": token}
-    if outcome.ok:
-        chain = engine.Chain(owner, settings.TOLLGATE_LEASE_SECONDS,
-                             processes.this_process()) if chain else None
-        report_call = partial(engine.complete_step, step.run_id, step.key,
-                              state_patch=outcome.state_patch, chain=chain, **common)
-    else:
-        report_call = partial(engine.fail_step, step.run_id, step.key,
-                              retryable=outcome.retryable, **common)
+    chain = engine.Chain(owner, settings.TOLLGATE_LEASE_SECONDS,
+                         processes.this_process()) if chain and outcome.ok else None
     since = time.monotonic()  # a step chained onto this report is claimed after this
+    checkpoint = _record_step(step, token, f"worker {owner}", outcome, chain=chain,
+                              call=lambda fn, what: report(fn, what=what))
+    if getattr(checkpoint, "next_step", None) is not None:
+        checkpoint.next_step.claimed_since = since
+    return checkpoint
+
+
+def _record_step(step: Step, token: str, actor: str, outcome, *, chain=None,
+                 call=lambda fn, what: fn()):
+    """Record a step's outcome with its lease token (through `call`, which may retry); a
+    result the engine refuses (a state patch it cannot store) fails the step saying why."""
+    common = {"actor": actor, "summary": outcome.summary, "evidence": outcome.evidence,
+              "lease_token": token}
+    if outcome.ok:
+        first = partial(engine.complete_step, step.run_id, step.key,
+                        state_patch=outcome.state_patch, chain=chain, **common)
+    else:
+        first = partial(engine.fail_step, step.run_id, step.key,
+                        retryable=outcome.retryable, **common)
     try:
-        checkpoint = report(report_call, what=f"step {step.pk}")
-        if getattr(checkpoint, "next_step", None) is not None:
-            checkpoint.next_step.claimed_since = since
-        return checkpoint
-    except engine.InvalidInput as exc:  # e.g. a state patch the database cannot store
+        return call(first, f"step {step.pk}")
+    except engine.InvalidInput as exc:
         common["summary"] = f"Result refused: {exc}"
-        return report(partial(engine.fail_step, step.run_id, step.key, retryable=False,
-                              **common), what=f"step {step.pk}")
+        return call(partial(engine.fail_step, step.run_id, step.key, retryable=False,
+                            **common), f"step {step.pk}")
 
 
 def compensate_run(run_id: int) -> list[str]:
