@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import DataError, InterfaceError, OperationalError
+from django.db import DataError, InterfaceError, InternalError, OperationalError
 from django.http import Http404
 from django.utils import timezone
 from ninja import NinjaAPI
@@ -152,6 +152,7 @@ RETRY_AFTER_SECONDS = 5
 
 @api.exception_handler(OperationalError)
 @api.exception_handler(InterfaceError)
+@api.exception_handler(InternalError)
 def on_database_away(request, exc):
     """The database is away (restarting, cut off, out of connections, locked): 503, never a
     500. A start that may have committed is safe to send again with its idempotency key."""

@@ -30,10 +30,11 @@ def server_error(request):
     a 503 with Retry-After: the person, or the htmx press, may simply try again."""
     import sys
 
-    from django.db import InterfaceError, OperationalError
     from django.views.defaults import server_error as plain
 
-    if isinstance(sys.exc_info()[1], OperationalError | InterfaceError):
+    from .dbfaults import AWAY
+
+    if isinstance(sys.exc_info()[1], AWAY):
         from django.db import connection
 
         connection.close_if_unusable_or_obsolete()

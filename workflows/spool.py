@@ -1,4 +1,5 @@
-"""The spool: one folder per leased attempt of a command, kept until its result is recorded.
+"""The spool: one folder per leased attempt of a command, kept until its result is recorded
+(and one for a callable's outcome that the worker could not record).
 
 The supervisor writes the command's outcome there durably (result.json, fsynced) before
 anything else happens, so a finished result outlives the consumer that ran it: if the
@@ -13,6 +14,7 @@ that ran it, so a live consumer's folders are left to it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -36,6 +38,29 @@ def open_folder(lease: dict) -> Path:
     folder.mkdir(mode=0o700)
     (folder / "holder.json").write_text(json.dumps(processes.this_process().as_dict()))
     return folder
+
+
+def keep(lease: dict, outcome: dict) -> Path:
+    """Keep the outcome of an attempt that ran in the worker's own process (a callable),
+    which the worker could not record: written durably to a folder of its own and handed
+    over, so that whoever looks next records it (this consumer's next round included)."""
+    folder = open_folder(lease)
+    partial = folder / "outcome.json.part"
+    with open(partial, "w") as out:
+        json.dump(outcome, out)
+        out.flush()
+        os.fsync(out.fileno())
+    partial.rename(folder / "outcome.json")
+    hand_over(folder)
+    return folder
+
+
+def kept_outcome(folder: Path) -> dict | None:
+    """The outcome `keep` wrote there, if it did."""
+    try:
+        return json.loads((folder / "outcome.json").read_text())
+    except FileNotFoundError:
+        return None
 
 
 def discard(folder: Path | None) -> None:
@@ -82,5 +107,5 @@ def orphans() -> list[tuple[str, int, str, Path]]:
 
 
 def finished(folder: Path) -> bool:
-    """Has the supervisor written the command's result?"""
-    return (folder / "result.json").exists()
+    """Has the supervisor written the command's result (or the worker kept an outcome)?"""
+    return (folder / "result.json").exists() or (folder / "outcome.json").exists()

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import DatabaseError, connection
+
+from tollgate import dbfaults
 
 from . import dispatch, engine, processes, spool
 from .engine import compensations
@@ -27,7 +29,7 @@ from .executors import MissingSecret, Outcome, execute, outcome_of, resolved_env
 from .models import Compensation, Step
 
 log = logging.getLogger(__name__)
-BLINKS = (OperationalError, InterfaceError)
+BLINKS = dbfaults.AWAY
 
 
 def worker_name() -> str:
@@ -251,7 +253,7 @@ def _execute_one(step: Step, owner: str, chain: bool = True):
     try:
         outcome = _attempt(step.config["run"], context, step.run.shared_state, stop, spawned)
         checkpoint = _keeping(outcome, lambda: _report_outcome(step, token, owner, outcome,
-                                                               chain))
+                                                               chain), context["lease"])
     finally:
         KEEPER.release("step", step.pk)
     return checkpoint
@@ -268,14 +270,23 @@ def _attempt(action: dict, context: dict, shared_state: dict, stop, on_spawn=Non
         return Outcome(False, f"The worker could not run it: {type(exc).__name__}: {exc}")
 
 
-def _keeping(outcome, record):
-    """Record an outcome; its spool folder goes once it is recorded, and stays, handed over
-    to whoever finds it, if recording failed for good (the database away too long)."""
+def _keeping(outcome, record, lease: dict):
+    """Record an outcome; its spool folder goes once it is recorded. If recording failed
+    for good (the database away past the report window), the result is kept for whoever
+    finds it: a command's folder is handed over, a callable's outcome written to one."""
     try:
         recorded = record()
     except BaseException:
         if outcome.spooled is not None:
             spool.hand_over(outcome.spooled)
+        else:
+            try:
+                spool.keep(lease, {"ok": outcome.ok, "summary": outcome.summary,
+                                   "evidence": outcome.evidence,
+                                   "state_patch": outcome.state_patch,
+                                   "retryable": outcome.retryable})
+            except (OSError, TypeError, ValueError):
+                log.exception("Could not keep the unrecorded outcome of %s", lease)
         raise
     spool.discard(outcome.spooled)
     return recorded
@@ -317,7 +328,8 @@ def _record_orphan(kind: str, pk: int, token: str, folder) -> int:
         secrets = secret_values(resolved_env(action))
     except MissingSecret:
         secrets = secret_values({})
-    outcome = outcome_of(folder, secrets)
+    kept = spool.kept_outcome(folder)
+    outcome = Outcome(**kept) if kept is not None else outcome_of(folder, secrets)
     if kind == "step":
         _record_step(row, token, f"worker {row.lease_owner} (recorded from its spool after "
                                  "it stopped)", outcome)
@@ -383,7 +395,7 @@ def compensate_run(run_id: int) -> list[str]:
             _keeping(outcome, partial(report, partial(
                 compensations.finish, row.pk, row.lease_token, ok=outcome.ok,
                 summary=outcome.summary, evidence=outcome.evidence),
-                what=f"compensation {row.pk}"))
+                what=f"compensation {row.pk}"), context["lease"])
         finally:
             KEEPER.release("compensation", row.pk)
         done.append(row.step.key)

@@ -85,7 +85,7 @@ def test_database_connections_dropped_mid_run(consumers):
             dropped = cursor.rowcount
         injected()
         assert dropped >= 0
-    wait_for(lambda: finished(run.pk), 120, 0.25, what="the run to finish")
+    wait_finished(run.pk, 120)
     assert check_run(run.pk) == []
 
 

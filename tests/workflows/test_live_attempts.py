@@ -303,6 +303,61 @@ def test_a_result_the_database_could_not_take_is_kept_until_it_returns(tmp_path,
     assert not folder.exists()
 
 
+def test_a_callables_result_the_database_could_not_take_is_kept_too(tmp_path, settings,
+                                                                   monkeypatch):
+    """A callable ran in the worker's own process: when its report cannot be made, its
+    outcome is written to the spool, handed over, and recorded later, state patch and all;
+    the step is not left running under a live holder that has let it go."""
+    from django.db import OperationalError
+
+    from workflows import worker
+
+    settings.TOLLGATE_SPOOL_DIR = str(tmp_path / "spool")
+    settings.TOLLGATE_REPORT_RETRY_SECONDS = 0.2
+    spec = store_spec({"name": "away-callable", "steps": [
+        {"key": "count", "run": {"callable": "workflows.callables.count"}}]})[0]
+    engine.open_run(spec)
+    step = engine.claim_next(owner="w", lease_seconds=30, holder=processes.this_process())
+    real = engine.complete_step
+    monkeypatch.setattr(engine, "complete_step",
+                        lambda *a, **k: (_ for _ in ()).throw(OperationalError("away")))
+    with pytest.raises(OperationalError):
+        worker._execute_one(step, "w", chain=False)
+    [folder] = list(Path(settings.TOLLGATE_SPOOL_DIR).iterdir())
+    assert (folder / "handed_over").exists() and (folder / "outcome.json").exists()
+    monkeypatch.setattr(engine, "complete_step", real)
+    assert worker.record_orphans(force=True) == 1
+    done = Step.objects.get(pk=step.pk)
+    assert done.status == "completed" and done.attempt == 1
+    assert done.run.shared_state == {"count": 1}
+    assert not folder.exists()
+
+
+def test_a_pooled_connection_that_lost_its_server_is_retried_like_a_blink(settings,
+                                                                         monkeypatch):
+    """Behind PgBouncer a killed server connection can surface as InternalError ("received
+    2 results from command 'COMMIT'"): the report is retried on a fresh connection rather
+    than given up, and the lease token keeps the repeat harmless."""
+    from django.db import InternalError
+
+    from workflows import worker
+
+    settings.TOLLGATE_REPORT_RETRY_SECONDS = 5
+    engine.open_run(one_step("pooled", "true"))
+    step = engine.claim_next(owner="w", lease_seconds=30, holder=processes.this_process())
+    real, calls = engine.complete_step, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise InternalError("received 2 results from command 'COMMIT'")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "complete_step", flaky)
+    assert worker._execute_one(step, "w", chain=False).kind == "step_completed"
+    assert len(calls) == 2 and Step.objects.get(pk=step.pk).status == "completed"
+
+
 def test_a_finished_compensation_whose_worker_died_is_recorded_not_run_again(tmp_path,
                                                                               settings):
     """The same for an undo: its result in the spool is recorded once its worker is gone."""
