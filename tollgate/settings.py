@@ -256,6 +256,8 @@ if TOLLGATE_RUN_VISIBILITY not in ("all", "involved"):
     raise ValueError("TOLLGATE_RUN_VISIBILITY must be all or involved")
 # A run holds at most this many steps (a spec's and those added while it runs).
 TOLLGATE_MAX_STEPS_PER_RUN = int(os.environ.get("TOLLGATE_MAX_STEPS_PER_RUN", "1000"))
+# Runs inside runs nest at most this deep (a spec cycle through `workflow` steps ends here).
+TOLLGATE_MAX_RUN_DEPTH = int(os.environ.get("TOLLGATE_MAX_RUN_DEPTH", "5"))
 TOLLGATE_CALLABLES = env_list("TOLLGATE_CALLABLES", "workflows.callables.*")
 # Extra environment variable names whose values are redacted from stored output.
 TOLLGATE_REDACT_ENV = env_list("TOLLGATE_REDACT_ENV")

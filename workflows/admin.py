@@ -110,8 +110,10 @@ class ReadOnlyInline(admin.TabularInline):
 
 class StepInline(ReadOnlyInline):
     model = Step
+    fk_name = "run"
     fields = ["index", "key", "kind", "status", "attempt", "approval_group", "lease_owner",
-              "lease_expires_at", "holder_host", "holder_pid", "child_pid", "last_summary"]
+              "lease_expires_at", "holder_host", "holder_pid", "child_pid", "child_run",
+              "last_summary"]
     readonly_fields = fields
 
 
@@ -230,7 +232,8 @@ class ScheduleForm(forms.ModelForm):
     class Meta:
         model = Schedule
         fields = ["name", "spec_name", "goal", "cron", "interval_seconds", "timezone", "enabled",
-                  "overlap", "missed", "shared_state", "params", "next_run_at", "created_at"]
+                  "overlap", "missed", "reuse", "shared_state", "params", "next_run_at",
+                  "created_at"]
 
     actor = None  # the signed-in user, set by the admin: scheduling runs has its own rules
 
@@ -242,6 +245,9 @@ class ScheduleForm(forms.ModelForm):
             require_schedule_rights(self.instance, actor=self.actor)
         except engine.NotPermitted as exc:
             self.add_error(None, str(exc))
+
+
+RECENT_SLOTS = 50
 
 
 @admin.register(Schedule)
@@ -263,7 +269,22 @@ class ScheduleAdmin(admin.ModelAdmin):
     list_filter = ["enabled", "overlap", "missed"]
     search_fields = ["name", "spec_name"]
     autocomplete_fields = ["goal"]
-    readonly_fields = ["missed_count", "skipped_count", "last_run", "paused_reason"]
+    readonly_fields = ["missed_count", "skipped_count", "last_run", "paused_reason",
+                       "recent_slots"]
+
+    @admin.display(description="Latest slots")
+    def recent_slots(self, obj):
+        """The latest slots handled: the run each started, or why it started none."""
+        from django.utils.html import format_html, format_html_join
+
+        fires = obj.fires.select_related("run").order_by("-slot_at")[:RECENT_SLOTS]
+        rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", (
+            (f"{fire.slot_at:%Y-%m-%d %H:%M}", fire.get_outcome_display(), fire.reason,
+             f"#{fire.run_id}" if fire.run_id else "") for fire in fires))
+        if not rows:
+            return "none yet"
+        return format_html("<table><tr><th>Slot</th><th>Outcome</th><th>Reason</th>"
+                           "<th>Run</th></tr>{}</table>", rows)
 
 
 class WebhookForm(forms.ModelForm):

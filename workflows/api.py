@@ -19,7 +19,7 @@ from .models import Checkpoint, Run, RunStatus, SpecStatus, StepStatus
 from .permissions import can_change_specs, readable_runs
 from .recovery import recover_run
 from .selectors import resume_state
-from .specs import SpecError, set_spec_status, store_spec
+from .specs import SpecError, set_spec_status, store_one_off, store_spec
 
 router = Router(tags=["workflows"])
 
@@ -30,7 +30,8 @@ SpecStatusName = Literal[tuple(SpecStatus.values)]
 
 def get_run(request, pk: int) -> Run:
     """The run, if it exists and the caller may read it (else 404: not even that it exists)."""
-    run = (readable_runs(request.user).select_related("spec", "goal", "requested_by")
+    run = (readable_runs(request.user).select_related("spec", "goal", "requested_by",
+                                                     "parent_step")
            .filter(pk=pk).first())
     if run is None:
         raise Http404(f"Run {pk} does not exist.")
@@ -55,6 +56,13 @@ class StepOut(Schema):
     started_at: datetime | None
     finished_at: datetime | None
     last_summary: str
+    child_run: int | None = Field(None, description="the run a workflow step opened and "
+                                                    "waits for (its current attempt's)")
+
+
+class ParentOut(Schema):
+    run: int
+    step: str
 
 
 class RunOut(Schema):
@@ -72,6 +80,11 @@ class RunOut(Schema):
     next_action: str
     current_step: str
     error: str
+    kind: str
+    ref: str
+    blocker_reason: str
+    parent: ParentOut | None = Field(None, description="for a child run: the run and step "
+                                                       "that opened it and wait for it")
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -97,6 +110,14 @@ class RunIn(Input):
     reuse: Literal["open", "any", "none"] = Field(
         "open", description="a key already used: return its open run (open), its latest run "
                             "whatever its status (any), or refuse it (none)")
+    next_action: str = Field("", max_length=500, description="what should happen next, in "
+                                                             "the caller's words")
+    kind: str = Field("", max_length=50, description="what sort of run this is")
+    ref: str = Field("", max_length=200, description="an outside reference (a ticket, a "
+                                                     "session id) to find the run by")
+    steps: list[dict[str, Any]] | None = Field(
+        None, description="inline steps: a one-off version of the spec named by `spec`, "
+                          "validated and authorised like any spec")
 
 
 class CheckpointOut(Schema):
@@ -105,6 +126,7 @@ class CheckpointOut(Schema):
     step: str | None
     actor: str
     at: datetime
+    label: str
     summary: str
     run_status: RunStatusName
     step_status: StepStatusName | Literal[""]
@@ -125,6 +147,14 @@ class TransitionIn(Input):
     summary: str = Field("", max_length=10000)
     evidence: dict[str, Any] | None = None
     state_patch: dict[str, Any] | None = None
+    next_action: str | None = Field(None, max_length=500,
+                                    description="the run's next action (\"\" clears it)")
+    label: str = Field("", max_length=100, description="a name for this checkpoint")
+    blocker_reason: str = Field("", max_length=500,
+                                description="why the run is blocked (with step_status "
+                                            "blocked)")
+    shared_state_mode: Literal["merge", "replace"] = Field(
+        "merge", description="merge the state patch into the shared state, or replace it")
 
 
 class TransitionOut(Schema):
@@ -156,20 +186,24 @@ class ApproveIn(DecisionIn):
 def run_out(run: Run, *, steps=None, reused: bool = False) -> dict:
     data = {f: getattr(run, f) for f in (
         "id", "title", "status", "priority", "idempotency_key", "shared_state", "params",
-        "next_action",
-        "current_step", "error", "created_at", "started_at", "finished_at")}
+        "current_step", "error", "kind", "ref", "blocker_reason", "created_at", "started_at",
+        "finished_at")}
     data.update(spec=run.spec_name, spec_version=run.spec.version, goal=run.goal_id,
+                next_action=run.what_next,
+                parent={"run": run.parent_step.run_id, "step": run.parent_step.key}
+                if run.parent_step_id else None,
                 requested_by=run.requested_by.get_username() if run.requested_by else None,
                 reused_existing=reused)
     if steps is not None:
-        data["steps"] = [{f: getattr(s, f) for f in StepOut.model_fields} for s in steps]
+        data["steps"] = [{f: getattr(s, "child_run_id" if f == "child_run" else f)
+                          for f in StepOut.model_fields} for s in steps]
     return data
 
 
 def checkpoint_out(c: Checkpoint, step_key: str | None = None) -> dict:
     key = step_key or getattr(c, "step_key", None) or None
     return {"seq": c.seq, "kind": c.kind, "step": key, "actor": c.actor_name,
-            "at": c.at, "summary": c.summary, "run_status": c.run_status,
+            "at": c.at, "label": c.label, "summary": c.summary, "run_status": c.run_status,
             "step_status": c.step_status, "evidence": c.evidence, "state_patch": c.state_patch}
 
 
@@ -251,11 +285,19 @@ def create_spec(request, payload: dict[str, Any] = Body(...)):
                              404: Error, 409: Error},
           summary="Start a run (idempotent with an idempotency key)")
 def create_run(request, payload: RunIn):
-    opened = engine.open_run(payload.spec, actor=request.user, goal=payload.goal,
+    spec = payload.spec
+    if payload.steps is not None:
+        try:
+            spec = store_one_off({"name": payload.spec, "steps": payload.steps},
+                                 actor=request.user)
+        except SpecError as exc:
+            raise HttpError(400, str(exc)) from None
+    opened = engine.open_run(spec, actor=request.user, goal=payload.goal,
                              idempotency_key=payload.idempotency_key,
                              shared_state=payload.shared_state, title=payload.title,
                              params=payload.params, priority=payload.priority,
-                             reuse=payload.reuse)
+                             reuse=payload.reuse, next_action=payload.next_action,
+                             kind=payload.kind, ref=payload.ref)
     return Status(200 if opened.reused else 201,
                   fresh_run(request, opened.run.pk, reused=opened.reused))
 
@@ -266,6 +308,8 @@ def list_runs(request, status: list[RunStatusName] = Query(
               open: bool = Query(False, description="only runs not yet ended"),
               spec: str | None = Query(None, max_length=100),
               goal: int | None = Query(None, ge=1, le=MAX_ID),
+              kind: str = Query("", max_length=50),
+              ref: str = Query("", max_length=200, description="the outside reference, exactly"),
               q: str = Query("", max_length=200,
                              description="title, idempotency key, spec name or requester"),
               requester: str = Query("", max_length=150),
@@ -280,7 +324,7 @@ def list_runs(request, status: list[RunStatusName] = Query(
             raise HttpError(400, f"{name}: {value!r} is not a date (YYYY-MM-DD).")
     runs = readable_runs(request.user, selectors.runs(
         status=status or [], spec=spec or "", goal=goal, q=q, requester=requester,
-        open_only=open, **days))
+        open_only=open, kind=kind, ref=ref, **days))
     return {"count": runs.count(), "results": [run_out(r) for r in runs[offset:offset + limit]]}
 
 
@@ -317,7 +361,9 @@ def transition(request, run_id: Id, payload: TransitionIn):
     run = get_run(request, run_id)
     checkpoint = engine.record_transition(
         run, payload.step, actor=request.user, step_status=payload.step_status,
-        summary=payload.summary, evidence=payload.evidence, state_patch=payload.state_patch)
+        summary=payload.summary, evidence=payload.evidence, state_patch=payload.state_patch,
+        next_action=payload.next_action, label=payload.label,
+        blocker_reason=payload.blocker_reason, shared_state_mode=payload.shared_state_mode)
     return {"checkpoint": checkpoint_out(checkpoint, payload.step),
             "run": fresh_run(request, run.pk)}
 

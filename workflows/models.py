@@ -19,6 +19,7 @@ from goals.models import Priority
 class SpecStatus(models.TextChoices):
     ACTIVE = "active"
     ARCHIVED = "archived"
+    ONE_OFF = "one_off", "one-off (a run's inline steps)"
 
 
 class RunStatus(models.TextChoices):
@@ -135,6 +136,18 @@ class Run(models.Model):
     next_action = models.CharField(max_length=500, blank=True)
     current_step = models.CharField(max_length=100, blank=True)
     error = models.TextField(blank=True)
+    # What callers say of a run: its kind ("release", "agent-task"), an outside reference
+    # they find it by again (a ticket or session id), why it is blocked.
+    kind = models.CharField(max_length=50, blank=True, db_default="", default="")
+    # The next action as a caller said it (POST /api/runs, /transition); it stands over the
+    # engine's derived `next_action` until the caller changes it or the run ends.
+    caller_next_action = models.CharField(max_length=500, blank=True, db_default="",
+                                          default="")
+    ref = models.CharField(max_length=200, blank=True, db_default="", default="")
+    blocker_reason = models.CharField(max_length=500, blank=True, db_default="", default="")
+    # A run inside a run: the step of the parent run that opened it and waits for it.
+    parent_step = models.ForeignKey("Step", null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="child_runs", editable=False)
     checkpoint_seq = models.PositiveIntegerField(default=0, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -148,6 +161,7 @@ class Run(models.Model):
             models.Index(fields=["status", "-created_at"]),
             models.Index(fields=["goal", "status"]),
             models.Index(fields=["spec_name", "-created_at"]),
+            models.Index(fields=["ref"], condition=~Q(ref=""), name="run_ref_idx"),
             # The claim order of the runs that have work for a worker (engine.claim_next).
             models.Index(fields=["-priority_rank", "served_at"],
                          condition=Q(claimable_at__isnull=False), name="run_claim_order_idx"),
@@ -169,6 +183,11 @@ class Run(models.Model):
         from django.urls import reverse
 
         return reverse("run_detail", args=[self.pk])
+
+    @property
+    def what_next(self) -> str:
+        """The next action: the caller's words if given, else the engine's."""
+        return self.caller_next_action or self.next_action
 
     @property
     def is_terminal(self) -> bool:
@@ -240,6 +259,9 @@ class Step(HeldByProcess):
     # (its connection dropped as it committed) is recognised, not recorded twice.
     finished_token = models.CharField(max_length=64, blank=True)
     # The command the running attempt spawned (its holder is in HeldByProcess).
+    # The run this step opened and waits for (a `workflow` step's current attempt).
+    child_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL,
+                                  related_name="+", editable=False)
     child_pid = models.PositiveIntegerField(null=True, blank=True)
     child_pgid = models.PositiveIntegerField(null=True, blank=True)
     # When the sweeper found the lease overdue with its holder alive (noted once an attempt).
@@ -416,6 +438,8 @@ class CheckpointKind(models.TextChoices):
     LEASE_OVERDUE = "lease_overdue", "lease overdue, holder alive"
     LEASE_RECOVERED = "lease_recovered"
     SWEEP_FAILED = "sweep_failed"
+    CHILD_STARTED = "child_started", "child run opened"
+    CHILD_ENDED = "child_ended", "child run ended"
 
 
 class CheckpointQuerySet(models.QuerySet):
@@ -444,6 +468,8 @@ class Checkpoint(models.Model):
         db_index=False,
     )
     actor_name = models.CharField(max_length=200)
+    # A caller's name for this point of the run ("tests green", "draft sent").
+    label = models.CharField(max_length=100, blank=True, db_default="", default="")
     summary = models.TextField(blank=True)
     evidence = models.JSONField(default=dict, blank=True)
     state_patch = models.JSONField(default=dict, blank=True)
@@ -556,6 +582,12 @@ class Schedule(models.Model):
     skipped_count = models.PositiveIntegerField(default=0, editable=False)
     last_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL,
                                  related_name="+", editable=False)
+    reuse = models.CharField(
+        max_length=8, choices=[("open", "open"), ("any", "any"), ("none", "none")],
+        default="open", db_default="open",
+        help_text="A slot's idempotency key already used (schedule:ID:SLOT, or by a start "
+                  "that named it): return its open run (open), its latest run (any), or skip "
+                  "the slot (none).")
     created_at = models.DateTimeField(default=now)
 
     class Meta:
@@ -585,12 +617,24 @@ class Schedule(models.Model):
             raise ValidationError(str(exc)) from None
 
 
+class FireOutcome(models.TextChoices):
+    STARTED = "started"
+    SKIPPED = "skipped"
+    MISSED = "missed"
+    FAILED = "failed", "could not start"
+
+
 class ScheduleFire(models.Model):
-    """One started slot: the database refuses to start a slot twice."""
+    """One slot of a schedule and what became of it: started (with its run), skipped,
+    missed or not started, with the reason. The database refuses to handle a slot twice."""
 
     schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="fires")
     slot_at = models.DateTimeField()
-    run = models.ForeignKey(Run, null=True, on_delete=models.SET_NULL, related_name="+")
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL,
+                            related_name="+")
+    outcome = models.CharField(max_length=8, choices=FireOutcome, default=FireOutcome.STARTED,
+                               db_default=FireOutcome.STARTED)
+    reason = models.CharField(max_length=300, blank=True, db_default="", default="")
     at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -694,6 +738,8 @@ class WebhookDelivery(models.Model):
 class OutboxJob(models.TextChoices):
     NOTIFY = "notify", "mail the people concerned"
     WEBHOOKS = "webhooks", "post to the group's webhooks"
+    PARENT = "parent", "tell the parent run its child ended"
+    CHILDREN = "children", "cancel the run's open child runs"
 
 
 class OutboxMessage(models.Model):

@@ -17,7 +17,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db.models import Q
 
-from . import clock
+from . import clock, engine
 from .engine import Announcement
 from .models import Checkpoint, CheckpointKind, OutboxJob, OutboxMessage, StepStatus
 
@@ -47,23 +47,28 @@ def notification_events(announcement: Announcement) -> list[tuple[str, str]]:
 
 
 def record(sender, announcement: Announcement, **kwargs) -> None:
-    """Write the transition's mail and webhook duties, in its transaction."""
-    if not (settings.TOLLGATE_NOTIFY or settings.TOLLGATE_WEBHOOKS):
-        return
-    events = notification_events(announcement)
-    if not events:
-        return
+    """Write the transition's duties, in its transaction: mail, webhooks, and the runs it
+    links to (a parent told its child ended, children cancelled with their parent)."""
     now = clock.now()
     checkpoint = announcement.checkpoint
     rows = []
-    if settings.TOLLGATE_NOTIFY:
+    if announcement.run_ended and announcement.parent_step_id:
+        rows.append(OutboxMessage(run_id=announcement.run_id, seq=checkpoint.seq,
+                                  job=OutboxJob.PARENT, events=[], rung_at=now))
+    if checkpoint.evidence.get("children"):
+        rows.append(OutboxMessage(run_id=announcement.run_id, seq=checkpoint.seq,
+                                  job=OutboxJob.CHILDREN, events=[], rung_at=now))
+    events = (notification_events(announcement)
+              if settings.TOLLGATE_NOTIFY or settings.TOLLGATE_WEBHOOKS else [])
+    if settings.TOLLGATE_NOTIFY and events:
         rows.append(OutboxMessage(run_id=announcement.run_id, seq=checkpoint.seq,
                                   job=OutboxJob.NOTIFY, events=events, rung_at=now))
     gate_events = [event for event in events if event[0] in GATE_EVENTS]
     if settings.TOLLGATE_WEBHOOKS and gate_events:
         rows.append(OutboxMessage(run_id=announcement.run_id, seq=checkpoint.seq,
                                   job=OutboxJob.WEBHOOKS, events=gate_events, rung_at=now))
-    announcement.outbox = [row.pk for row in OutboxMessage.objects.bulk_create(rows)]
+    if rows:
+        announcement.outbox = [row.pk for row in OutboxMessage.objects.bulk_create(rows)]
 
 
 def deliver(message_id: int, now=None) -> str:
@@ -83,6 +88,12 @@ def deliver(message_id: int, now=None) -> str:
         checkpoint = Checkpoint.objects.get(run_id=message.run_id, seq=message.seq)
         if message.job == OutboxJob.NOTIFY:
             notifications.deliver(checkpoint.pk, events)
+        elif message.job == OutboxJob.PARENT:
+            engine.children.child_ended(message.run_id)
+        elif message.job == OutboxJob.CHILDREN:
+            engine.children.cancel_children(
+                message.run_id, f"Run {message.run_id} cancelled it: "
+                                f"{checkpoint.summary}"[:500])
         else:
             for delivery_id in webhooks.plan(checkpoint.pk, events):
                 dispatch.deliver_webhook(delivery_id)

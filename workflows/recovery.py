@@ -31,6 +31,12 @@ def recover_run(run: Run | int, *, actor) -> list[Verdict]:
     verdicts = []
     now = clock.now()
     for step in Step.objects.filter(run_id=run_id, status=StepStatus.RUNNING).order_by("index"):
+        if step.child_run_id:
+            checkpoint = engine.children.child_ended(step.child_run_id)
+            verdicts.append(Verdict(step.key, "none", f"ended with its child run "
+                                    f"{step.child_run_id}" if checkpoint else
+                                    f"left alone: waits for its child run {step.child_run_id}"))
+            continue
         if not step.lease_token:
             verdicts.append(Verdict(step.key, "none", "left alone: an agent reports it"))
             continue

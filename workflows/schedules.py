@@ -20,6 +20,7 @@ from django.db import IntegrityError, transaction
 from . import clock, engine
 from .models import (
     OPEN_RUN_STATUSES,
+    FireOutcome,
     MissedPolicy,
     OverlapPolicy,
     Schedule,
@@ -144,6 +145,8 @@ def fire(schedule_id: int, now: datetime, report: TickReport) -> None:
             schedule.paused_reason = (f"Paused {now:%Y-%m-%d %H:%M}: spec "
                                       f"{schedule.spec_name!r} has no active version")
             schedule.save(update_fields=["enabled", "paused_reason"])
+            _record(schedule, [schedule.next_run_at], FireOutcome.SKIPPED,
+                    schedule.paused_reason[:300])
             report.skipped += 1
             return
         slots = [schedule.next_run_at]
@@ -157,21 +160,35 @@ def fire(schedule_id: int, now: datetime, report: TickReport) -> None:
         schedule.missed_count += missed
         report.missed += missed
         run_it = schedule.missed == MissedPolicy.RUN_ONCE or not late
+        _record(schedule, slots[:-1], FireOutcome.MISSED,
+                f"missed while no consumer ran; the slot of {latest:%Y-%m-%d %H:%M} "
+                + ("ran for them (missed: run once)" if run_it else "was handled instead"))
+        why = "" if run_it else "late and the schedule skips missed slots (missed: skip)"
         previous = schedule.last_run
         if run_it and schedule.overlap == OverlapPolicy.SKIP and previous and (
             previous.status in OPEN_RUN_STATUSES
         ):
             run_it = False
+            why = f"run {previous.pk} was still {previous.status} (overlap: skip)"
         if run_it:
             run_id = _start(schedule, latest)
             if run_id:
                 report.started.append(run_id)
         else:
+            _record(schedule, [latest], FireOutcome.SKIPPED, why)
             schedule.skipped_count += 1
             report.skipped += 1
         schedule.next_run_at = next_slot(schedule, max(latest, now))
         schedule.save(update_fields=["next_run_at", "missed_count", "skipped_count",
                                      "last_run"])
+
+
+def _record(schedule: Schedule, slots: list[datetime], outcome: str, reason: str) -> None:
+    """Slots that started no run, each with why (a slot handled already is left as it is)."""
+    if slots:
+        ScheduleFire.objects.bulk_create(
+            [ScheduleFire(schedule=schedule, slot_at=slot, outcome=outcome, reason=reason[:300])
+             for slot in slots], ignore_conflicts=True)
 
 
 def _start(schedule: Schedule, slot: datetime) -> int | None:
@@ -184,13 +201,19 @@ def _start(schedule: Schedule, slot: datetime) -> int | None:
                 idempotency_key=f"schedule:{schedule.pk}:{slot.isoformat()}",
                 shared_state={**schedule.shared_state, "scheduled_for": slot.isoformat()},
                 title=f"{schedule.name} {slot:%Y-%m-%d %H:%M}",
-                params=schedule.params or None,
+                params=schedule.params or None, reuse=schedule.reuse,
             )
             fired.run = opened.run
-            fired.save(update_fields=["run"])
+            if opened.reused:
+                fired.reason = f"its key was used already: run {opened.run.pk} (reuse: " \
+                               f"{schedule.reuse})"
+            fired.save(update_fields=["run", "reason"])
     except IntegrityError:
         return None  # this slot was started already
-    except engine.WorkflowError:
-        return None  # spec archived or gone: the slot passes, the schedule keeps its place
+    except engine.WorkflowError as exc:
+        # Spec archived or gone, params refused, key used (reuse none): the slot passes
+        # with its reason, and the schedule keeps its place.
+        _record(schedule, [slot], FireOutcome.FAILED, str(exc))
+        return None
     schedule.last_run = opened.run
     return opened.run.pk

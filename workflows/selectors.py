@@ -43,13 +43,18 @@ def inbox_count(user) -> int:
 
 def runs(*, status: str | list[str] = "", spec: str = "", goal: int | None = None,
          q: str = "", requester: str = "", opened_from=None, opened_to=None,
-         finished_from=None, finished_to=None, open_only: bool = False) -> QuerySet[Run]:
+         finished_from=None, finished_to=None, open_only: bool = False, kind: str = "",
+         ref: str = "") -> QuerySet[Run]:
     """Runs, newest first (stable for paging), filtered and searched as the runs page and
     `GET /api/runs` ask. `status` is one or several; `open_only` keeps the runs not yet
-    ended. `q` matches title, idempotency key, spec name or requester; the dates are
-    inclusive days."""
-    found = Run.objects.select_related("spec", "goal", "requested_by").order_by("-created_at",
-                                                                               "-id")
+    ended. `q` matches title, idempotency key, outside reference, spec name or requester;
+    `ref` is an outside reference exactly; the dates are inclusive days."""
+    found = Run.objects.select_related("spec", "goal", "requested_by",
+                                       "parent_step").order_by("-created_at", "-id")
+    if kind:
+        found = found.filter(kind=kind)
+    if ref:
+        found = found.filter(ref=ref)
     statuses = [status] if isinstance(status, str) else list(status)
     statuses = [name for name in statuses if name in RunStatus.values]
     if statuses:
@@ -62,7 +67,8 @@ def runs(*, status: str | list[str] = "", spec: str = "", goal: int | None = Non
         found = found.filter(goal_id=goal)
     if q := q.strip():
         found = found.filter(Q(title__icontains=q) | Q(idempotency_key__icontains=q)
-                             | Q(spec_name__icontains=q) | Q(requested_by__username__iexact=q))
+                             | Q(ref__icontains=q) | Q(spec_name__icontains=q)
+                             | Q(requested_by__username__iexact=q))
     if requester:
         found = found.filter(requested_by__username=requester)
     for field, start, end in (("created_at", opened_from, opened_to),
@@ -99,14 +105,15 @@ def timeline(run: Run, *, first_seq: int = 1, after: int | None = None,
     return list(found[:limit] if limit is not None else found)
 
 
-def timeline_for_page(run: Run, *, first_seq: int = 1) -> list[Checkpoint]:
+def timeline_for_page(run: Run, *, first_seq: int = 1,
+                      before: int | None = None) -> list[Checkpoint]:
     """The timeline with what the run page shows of each checkpoint worked out here, once:
     a template filter per field of hundreds of checkpoints was most of the page's time."""
     from django.utils import timezone
 
     from .templatetags.tollgate import label, pretty_json
 
-    entries = timeline(run, first_seq=first_seq)
+    entries = timeline(run, first_seq=first_seq, before=before)
     for c in entries:
         at = timezone.localtime(c.at)
         c.iso, c.clock = at.isoformat(), at.strftime("%H:%M:%S")

@@ -24,7 +24,10 @@ STEP_FIELDS = {
 }
 WAIT_OUTCOMES = ("fail", "skip")
 ACTION_FIELDS = {"command", "shell", "callable", "agent", "timeout_seconds", "cwd", "env",
-                 "account"}
+                 "account", "workflow", "params"}
+# A run inside a run: `{"workflow": SPEC_NAME, "params": {...}}` and nothing else.
+WORKFLOW_FIELDS = {"workflow", "params"}
+SPEC_NAME = re.compile(r"^[-a-zA-Z0-9_]{1,100}$")
 # Coding agents a step may run, each through its non-interactive command line (settings).
 PROVIDERS = ("claude", "cursor", "codewith", "aicopilot", "opencode", "codex")
 AGENT_FIELDS = {"provider", "prompt", "account", "providers"}
@@ -157,14 +160,35 @@ def _validate_agent(where: str, agent) -> dict:
     return normal
 
 
-def _validate_action(where: str, action) -> dict:
+def _validate_workflow(where: str, action: dict) -> dict:
+    extra = sorted(set(action) - WORKFLOW_FIELDS)
+    if extra:
+        _fail(where, f"a workflow step takes only workflow and params (got {', '.join(extra)})")
+    name = action["workflow"]
+    if not isinstance(name, str) or not SPEC_NAME.match(name):
+        _fail(where, "workflow must be a spec name (letters, digits, - or _)")
+    params = action.get("params", {})
+    if not isinstance(params, dict):
+        _fail(where, "params must be an object of the child spec's parameters")
+    return {"workflow": name, "params": params}
+
+
+def _validate_action(where: str, action, *, compensation: bool = False) -> dict:
     if not isinstance(action, dict):
-        _fail(where, "must be an object with one of command, shell, callable or agent")
+        _fail(where, "must be an object with one of command, shell, callable, agent or "
+                     "workflow")
     _unknown(where, action, ACTION_FIELDS)
-    given = [k for k in ("command", "shell", "callable", "agent") if k in action]
+    given = [k for k in ("command", "shell", "callable", "agent", "workflow") if k in action]
     if len(given) != 1:
-        _fail(where, "needs exactly one of command, shell, callable or agent"
+        _fail(where, "needs exactly one of command, shell, callable, agent or workflow"
               + (f" (got {', '.join(given)})" if given else ""))
+    if "workflow" in action:
+        if compensation:
+            _fail(where, "a compensation is a command, shell, callable or agent, not a "
+                         "workflow")
+        return _validate_workflow(where, action)
+    if "params" in action:
+        _fail(where, "params belong to a workflow step")
     if "agent" in action:
         action = {**action, "agent": _validate_agent(f"{where} agent", action["agent"])}
     if "account" in action:
@@ -348,7 +372,8 @@ def _validate_step(index: int, step) -> dict:
         if "on_timeout" in step and "timeout_seconds" not in step:
             _fail(where, "on_timeout needs timeout_seconds")
     if "compensation" in step:
-        normal["compensation"] = _validate_action(f"{where} compensation", step["compensation"])
+        normal["compensation"] = _validate_action(f"{where} compensation", step["compensation"],
+                                                  compensation=True)
     if "when" in step:
         if "approval" in step:
             _fail(where, "a gate cannot have when: a gate is never skipped (put the condition "
@@ -419,6 +444,8 @@ def validate_spec(data) -> dict:
         for dep in step["depends_on"]:
             if dep not in seen:
                 _fail(f"step {step['key']!r}", f"depends_on names unknown step {dep!r}")
+        if (step.get("run") or {}).get("workflow") == name:
+            _fail(f"step {step['key']!r} run", "a spec cannot run itself as a child workflow")
     if cycle_at := _find_cycle(normal_steps):
         _fail(f"step {cycle_at!r}", "is part of a dependency cycle")
     normal = {"name": name, "description": data.get("description", ""), "steps": normal_steps}
@@ -523,6 +550,33 @@ def store_spec(data, *, actor=None) -> tuple[WorkflowSpec, bool]:  # noqa: F821
                     digest=spec_digest,
                 )
                 return spec, True
+        except IntegrityError:
+            continue  # a concurrent load took this version; look again
+    raise SpecError(f"spec {definition['name']!r}: too many concurrent loads, try again")
+
+
+def store_one_off(data, *, actor=None):
+    """A run's inline steps, stored as a one-off version of the spec they name: validated and
+    authorised like any spec, never the active version. The same steps sent again (a
+    repeated start) find the version stored the first time."""
+    from .models import SpecStatus, WorkflowSpec
+
+    definition = validate_spec(data)
+    require_author(actor, definition)
+    spec_digest = digest(definition)
+    for _ in range(3):
+        found = WorkflowSpec.objects.filter(name=definition["name"], status=SpecStatus.ONE_OFF,
+                                            digest=spec_digest).first()
+        if found is not None:
+            return found
+        last = (WorkflowSpec.objects.filter(name=definition["name"]).order_by("-version")
+                .values_list("version", flat=True).first())
+        try:
+            with transaction.atomic():
+                return WorkflowSpec.objects.create(
+                    name=definition["name"], version=(last or 0) + 1,
+                    description=definition["description"], definition=definition,
+                    digest=spec_digest, status=SpecStatus.ONE_OFF)
         except IntegrityError:
             continue  # a concurrent load took this version; look again
     raise SpecError(f"spec {definition['name']!r}: too many concurrent loads, try again")

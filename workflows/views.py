@@ -70,7 +70,7 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
     it was refused.
     """
     run = get_object_or_404(readable_runs(request.user).select_related(
-        "spec", "goal", "requested_by"), pk=run_id)
+        "spec", "goal", "requested_by", "parent_step"), pk=run_id)
     steps = list(run.steps.order_by("index"))
     approvals = list(Approval.objects.filter(step__run=run).select_related("user"))
     whole = request.GET.get("timeline") == "all"
@@ -116,6 +116,15 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
 @require_GET
 def run_detail(request, pk: int):
     template = "workflows/run_detail.html"
+    before = int_param(request.GET, "before")
+    if before is not None:
+        # "Load older": the page of checkpoints before `before`, in place of the link.
+        run = get_object_or_404(readable_runs(request.user), pk=pk)
+        first_seq = max(1, before - TIMELINE_LATEST)
+        return render(request, template + "#timeline-older", {
+            "run": run, "earlier_checkpoints": first_seq - 1,
+            "checkpoints": selectors.timeline_for_page(run, first_seq=first_seq,
+                                                       before=before)})
     if request.htmx:
         # Polling asks with the last checkpoint it has; nothing new means nothing to swap.
         seen = int_param(request.GET, "seq")

@@ -251,6 +251,11 @@ def _execute_one(step: Step, owner: str, chain: bool = True):
             connection.close()  # shown on the page only; the result carries it too
 
     try:
+        if "workflow" in step.config["run"]:
+            # A run inside a run: open the child and hand the step to it, holding no worker.
+            return report(partial(engine.children.start_child, step.run_id, step.key,
+                                  lease_token=token, actor=f"worker {owner}"),
+                          what=f"step {step.pk}")
         outcome = _attempt(step.config["run"], context, step.run.shared_state, stop, spawned)
         checkpoint = _keeping(outcome, lambda: _report_outcome(step, token, owner, outcome,
                                                                chain), context["lease"])

@@ -170,7 +170,7 @@ class TestRuns:
         assert detail["status"] == "open" and len(detail["steps"]) == 4
         timeline = api["bob"].get(f"/api/runs/{run.pk}/timeline").json()
         assert timeline[0]["seq"] == 1 and timeline[0]["kind"] == "run_opened"
-        assert set(timeline[0]) == {"seq", "kind", "step", "actor", "at", "summary",
+        assert set(timeline[0]) == {"seq", "kind", "step", "actor", "at", "label", "summary",
                                     "run_status", "step_status", "evidence", "state_patch"}
         resume = api["bob"].get(f"/api/runs/{run.pk}/resume").json()
         assert resume == {"resume_state": "ready", "can_resume": True, "next_step": "build",

@@ -290,6 +290,24 @@ class TestQueryCounts:
         body = client.get(f"/runs/{run.pk}/?timeline=all").content.decode()
         assert "progress 5<" in body and "Show all" not in body
 
+    def test_load_older_pages_back_through_the_timeline(self, client, people, monkeypatch):
+        monkeypatch.setattr("workflows.views.TIMELINE_LATEST", 10)
+        as_user(client, people["bob"])
+        run = engine.open_run(waiting_spec()).run
+        engine.record_transition(run, "agent", step_status="running")
+        for i in range(30):
+            engine.record_transition(run, "agent", summary=f"progress {i}", label=f"p{i}")
+        body = client.get(f"/runs/{run.pk}/").content.decode()
+        assert "?before=23" in body and "Load 22 older checkpoints" in body
+        assert '<mark class="label">p29</mark>' in body
+        older = client.get(f"/runs/{run.pk}/?before=23", HTTP_HX_REQUEST="true")
+        text = older.content.decode()
+        assert "<html" not in text and 'id="cp-22"' in text and 'id="cp-13"' in text
+        assert 'id="cp-23"' not in text and 'id="cp-12"' not in text
+        assert "?before=13" in text and "Load 12 older" in text
+        first = client.get(f"/runs/{run.pk}/?before=3", HTTP_HX_REQUEST="true").content.decode()
+        assert 'id="cp-1"' in first and "older" not in first.split('id="cp-1"')[0]
+
     def test_pinned_counts(self, client, waiting, people, django_assert_num_queries):
         as_user(client, people["bob"])
         # session, user, run, steps, approvals, checkpoints, groups, two permission

@@ -116,3 +116,35 @@ def test_resume_says_where_a_run_stands(release_spec):
         call("resume", "999")
     with pytest.raises(CommandError, match="Run abc does not exist"):
         call("resume", "abc")
+
+
+def test_resume_pages_the_timeline_newest_first(release_spec):
+    from tests.workflows.helpers import work
+    from workflows import engine
+
+    run = engine.open_run(release_spec).run
+    work(run, "build")  # seq 2 started, 3 completed (the gate opens with it)
+    out, _ = call("resume", str(run.pk), "--timeline", "2")
+    lines = out.splitlines()[2:]
+    assert [line.split()[0] for line in lines] == ["#3", "#2"]
+    older = json.loads(call("resume", str(run.pk), "--timeline", "5", "--before", "2",
+                            "--json")[0])["timeline"]
+    assert [c["seq"] for c in older] == [1] and older[0]["kind"] == "run_opened"
+    oldest = json.loads(call("resume", str(run.pk), "--timeline", "2", "--oldest",
+                             "--json")[0])["timeline"]
+    assert [c["seq"] for c in oldest] == [1, 2]
+
+
+def test_start_run_with_caller_fields_and_inline_steps(db, tmp_path):
+    from workflows.models import Run
+
+    steps = tmp_path / "steps.json"
+    steps.write_text(json.dumps([{"key": "draft"}, {"key": "send", "depends_on": ["draft"]}]))
+    out, _ = call("start_run", "one-off", "--steps", str(steps), "--kind", "agent",
+                  "--ref", "SESSION-9", "--next-action", "write the draft")
+    run = Run.objects.get(pk=int(out))
+    assert (run.kind, run.ref, run.what_next) == ("agent", "SESSION-9", "write the draft")
+    assert run.spec.status == "one_off" and run.steps.count() == 2
+    steps.write_text("[{\"key\": \"a\", \"depends_on\": [\"b\"]}]")
+    with pytest.raises(CommandError, match="unknown step 'b'"):
+        call("start_run", "one-off", "--steps", str(steps))

@@ -64,7 +64,10 @@ def test_missed_slots_run_once_and_are_counted(release_spec):
     assert len(report.started) == 1 and report.missed == 5
     item.refresh_from_db()
     assert item.missed_count == 5 and item.next_run_at == T0 + timedelta(hours=6)
-    assert ScheduleFire.objects.get().slot_at == T0 + timedelta(hours=5)
+    assert ScheduleFire.objects.get(outcome="started").slot_at == T0 + timedelta(hours=5)
+    missed = ScheduleFire.objects.filter(outcome="missed").order_by("slot_at")
+    assert [f.slot_at for f in missed] == [T0 + timedelta(hours=h) for h in range(5)]
+    assert all("ran for them (missed: run once)" in f.reason for f in missed)
 
 
 def test_missed_slots_can_be_skipped(release_spec):
@@ -74,6 +77,10 @@ def test_missed_slots_can_be_skipped(release_spec):
     assert not Run.objects.exists()
     item.refresh_from_db()
     assert item.next_run_at == T0 + timedelta(hours=6)
+    skipped = ScheduleFire.objects.get(outcome="skipped")
+    assert skipped.slot_at == T0 + timedelta(hours=5) and skipped.run is None
+    assert "missed: skip" in skipped.reason
+    assert ScheduleFire.objects.filter(outcome="missed").count() == 5
     # On time again: it runs.
     assert len(schedules.tick(T0 + timedelta(hours=6, seconds=3)).started) == 1
 
@@ -87,6 +94,41 @@ def test_overlap_skip_waits_for_the_previous_run(release_spec):
     assert len(schedules.tick(T0 + timedelta(seconds=121)).started) == 1
     item.refresh_from_db()
     assert item.skipped_count == 1
+    skipped = ScheduleFire.objects.get(outcome="skipped")
+    assert skipped.reason == f"run {first[0]} was still open (overlap: skip)"
+
+
+def test_reuse_none_skips_a_slot_whose_key_was_used(release_spec):
+    item = schedule(next_run_at=T0, reuse="none")
+    key = f"schedule:{item.pk}:{T0.isoformat()}"
+    by_hand = engine.open_run(release_spec, idempotency_key=key).run
+    engine.cancel_run(by_hand)
+    assert schedules.tick(T0 + timedelta(seconds=5)).started == []
+    fire = ScheduleFire.objects.get()
+    assert fire.outcome == "failed" and f"was used by run {by_hand.pk}" in fire.reason
+
+
+def test_reuse_any_returns_the_run_that_used_the_key(release_spec):
+    item = schedule(next_run_at=T0, reuse="any")
+    key = f"schedule:{item.pk}:{T0.isoformat()}"
+    # The same request the slot makes (a run started for it by hand, or restored).
+    by_hand = engine.open_run(release_spec, idempotency_key=key, title="nightly 2026-12-01 09:00",
+                              shared_state={"scheduled_for": T0.isoformat()}).run
+    engine.cancel_run(by_hand)
+    schedules.tick(T0 + timedelta(seconds=5))
+    fire = ScheduleFire.objects.get()
+    assert fire.run_id == by_hand.pk and "reuse: any" in fire.reason
+    assert Run.objects.count() == 1
+
+
+def test_a_paused_schedule_says_why_on_its_slot(release_spec):
+    from workflows.specs import set_spec_status
+
+    schedule(next_run_at=T0)
+    set_spec_status("release", release_spec.version, "archived")
+    schedules.tick(T0 + timedelta(seconds=5))
+    fire = ScheduleFire.objects.get()
+    assert fire.outcome == "skipped" and "has no active version" in fire.reason
 
 
 def test_overlap_allow_starts_beside_an_open_run(release_spec):

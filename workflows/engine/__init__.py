@@ -12,7 +12,7 @@ Modules: `errors`, `rules` (settled, ready, run status, next move: shared by Pyt
 `runs`, `steps` (work steps and leases), `gates` (approvals and deadlines), `compensations`.
 """
 
-from . import compensations
+from . import children, compensations
 from .commit import Announcement, transition_committed, transition_recording
 from .errors import IllegalTransition, InvalidInput, NotFound, NotPermitted, WorkflowError
 from .gates import approve, expire_gate, reject
@@ -46,7 +46,7 @@ release_compensation = compensations.release
 __all__ = [
     "AGENT_STATUSES", "RUN_HAS_HARD_FAILURE", "Announcement", "Chain", "IllegalTransition",
     "InvalidInput", "NotFound", "NotPermitted", "Opened", "WorkflowError", "add_steps", "approve",
-    "cancel_run", "claim_next", "claim_step", "claimable_exists", "compensations",
+    "cancel_run", "children", "claim_next", "claim_step", "claimable_exists", "compensations",
     "complete_step", "expire_gate", "expire_lease", "expire_leases", "expire_wait", "fail_step",
     "next_move",
     "note_lease_overdue", "note_sweep_failure", "open_run", "ready_filters", "ready_steps",

@@ -16,6 +16,7 @@ from django.dispatch import Signal
 
 from .. import clock
 from ..models import (
+    TERMINAL_RUN_STATUSES,
     Checkpoint,
     CheckpointKind,
     Compensation,
@@ -57,6 +58,7 @@ class Announcement:
     ring: list[int] = field(default_factory=list)  # newly ready steps: doorbells to ring
     retry: list[tuple[int, object]] = field(default_factory=list)  # (step id, eta)
     outbox: list[int] = field(default_factory=list)  # messages written for it, to ring
+    parent_step_id: int | None = None  # a child run's: the parent step waiting for it
 
     @property
     def checkpoint_id(self) -> int:
@@ -66,9 +68,16 @@ class Announcement:
     def run_failed(self) -> bool:
         return self.run_status == RunStatus.FAILED and self.previous_status != RunStatus.FAILED
 
+    @property
+    def run_ended(self) -> bool:
+        """Did this transition close the run (completed, failed or cancelled)?"""
+        return (self.run_status in TERMINAL_RUN_STATUSES
+                and self.previous_status not in TERMINAL_RUN_STATUSES)
+
 
 def commit(state: RunState, kind: str, *, actor, step: Step | None = None, summary: str = "",
-           evidence: dict | None = None, state_patch: dict | None = None) -> Checkpoint:
+           evidence: dict | None = None, state_patch: dict | None = None,
+           label: str = "") -> Checkpoint:
     """Settle what follows from the acted step and append the one checkpoint."""
     run = state.run
     now = clock.now()
@@ -88,7 +97,7 @@ def commit(state: RunState, kind: str, *, actor, step: Step | None = None, summa
     checkpoint = state.append(
         kind=kind, step=step, run_status=run.status, step_status=step.status if step else "",
         actor=user, actor_name=name, summary=summary[:10000], evidence=evidence or {},
-        state_patch=state_patch or {}, at=now)
+        state_patch=state_patch or {}, at=now, label=label)
     _announce(state, checkpoint, frontier, failed, previous_status, now)
     for skip, why in skipped:  # after the transition that settled their dependencies
         run.checkpoint_seq += 1
@@ -194,9 +203,12 @@ def _settle_run(state: RunState, frontier, step: Step | None, now, previous_stat
         _plan_compensations(state, now)
     if run.is_terminal:
         run.finished_at = run.finished_at or now
+        run.caller_next_action = ""  # nothing is next for an ended run
     else:
         run.finished_at = None
         run.error = ""
+    if run.status != RunStatus.BLOCKED:
+        run.blocker_reason = ""
     if run.started_at is None and run.status != RunStatus.OPEN:
         run.started_at = now
     run.current_step, run.next_action = next_action(frontier, ready)
@@ -231,8 +243,12 @@ def _announce(state: RunState, checkpoint: Checkpoint, frontier, failed, previou
     announce the transition once it commits. If the process dies before the doorbells go
     out, the sweeper rings again."""
     run = state.run
+    # A cancel sets the status before its commit: the status as loaded says what it was.
+    previous_status = min(previous_status, state.run_loaded["status"],
+                          key=lambda status: status in TERMINAL_RUN_STATUSES)
     announcement = Announcement(run.pk, checkpoint, run.status, previous_status,
-                                run.priority_rank, state.compensations_planned)
+                                run.priority_rank, state.compensations_planned,
+                                parent_step_id=run.parent_step_id)
     state.compensations_planned = 0
     if not (run.is_terminal or failed):
         announcement.ring = [s.pk for s in frontier if s.kind == StepKind.RUN

@@ -25,7 +25,8 @@ STEP = sql.Table(Step, skip=("last_evidence",))
 RUN = sql.Table(Run)
 CHECKPOINT = sql.Table(Checkpoint)
 CHECKPOINT_COLUMNS = ("run_id", "seq", "kind", "step_id", "run_status", "step_status",
-                      "actor_id", "actor_name", "summary", "evidence", "state_patch", "at")
+                      "actor_id", "actor_name", "label", "summary", "evidence", "state_patch",
+                      "at")
 # The step columns a transition may change; a flush writes only those that did.
 STEP_COLUMNS = tuple(name for name in STEP.attnames if name != "updated_at") + ("last_evidence",)
 RUN_COLUMNS = tuple(f.attname for f in RUN.fields
@@ -142,13 +143,13 @@ class RunState:
 
     # writing ------------------------------------------------------------------------------
     def append(self, *, kind, step, run_status, step_status, actor, actor_name, summary,
-               evidence, state_patch, at) -> Checkpoint:
+               evidence, state_patch, at, label: str = "") -> Checkpoint:
         """The run's next checkpoint, written when the transaction's rows are."""
         checkpoint = CHECKPOINT.new(
             id=None, run_id=self.run.pk, seq=self.run.checkpoint_seq, kind=kind,
             step_id=step.pk if step else None, run_status=run_status, step_status=step_status,
-            actor_id=actor.pk if actor else None, actor_name=actor_name, summary=summary,
-            evidence=evidence, state_patch=state_patch, at=at)
+            actor_id=actor.pk if actor else None, actor_name=actor_name, label=label,
+            summary=summary, evidence=evidence, state_patch=state_patch, at=at)
         cache = checkpoint._state.fields_cache
         cache["run"], cache["step"], cache["actor"] = self.run, step, actor
         self.checkpoints.append(checkpoint)

@@ -55,6 +55,10 @@ def open_run(
     priority: str | None = None,
     params: dict | None = None,
     reuse: str = "open",
+    next_action: str = "",
+    kind: str = "",
+    ref: str = "",
+    parent_step: Step | None = None,
 ) -> Opened:
     """Open a run of a spec (its active version when given by name).
 
@@ -63,6 +67,10 @@ def open_run(
     returns the latest run that used it, whatever its status; "none" refuses a key any run
     has used. A run returned is marked reused (and must be the same request, else 409); the
     database's partial unique index settles races.
+
+    `next_action`, `kind` and `ref` are the caller's words for the run (what should happen
+    next, what sort of run it is, an outside reference to find it by); `parent_step` makes
+    it a child run that step waits for (engine.children).
     """
     if reuse not in REUSE_POLICIES:
         raise InvalidInput(f"reuse must be one of {', '.join(REUSE_POLICIES)}, got {reuse!r}.")
@@ -73,8 +81,11 @@ def open_run(
         if spec_obj is None:
             raise NotFound(f"No active spec named {spec!r}.")
         spec = spec_obj
-    elif spec.status != "active":
+    elif spec.status == "archived":
         raise IllegalTransition(f"Spec {spec} is archived; start its active version.")
+    next_action = check_text(next_action or "", "next_action", 500)
+    kind = check_text(kind or "", "kind", 50)
+    ref = check_text(ref or "", "ref", 200)
     if shared_state is not None and not isinstance(shared_state, dict):
         raise InvalidInput("shared_state must be a JSON object.")
     if priority is not None and priority not in Priority.values:
@@ -121,12 +132,21 @@ def open_run(
                 idempotency_key=idempotency_key,
                 shared_state=shared_state or {},
                 params=values,
+                kind=kind,
+                ref=ref,
+                caller_next_action=next_action,
+                parent_step=parent_step,
             )
             insert_steps(_new_steps(run, spec.definition["steps"]))
             state = load(run.pk)
+            opened = {**({"params": values} if values else {}),
+                      **({"parent": {"run": parent_step.run_id, "step": parent_step.key}}
+                         if parent_step else {})}
             commit(state, CheckpointKind.RUN_OPENED, actor=actor,
-                   summary=f"Opened {spec} run" + (f" under goal “{goal.title}”" if goal else ""),
-                   state_patch=shared_state or {}, evidence={"params": values} if values else None)
+                   summary=f"Opened {spec} run" + (f" under goal “{goal.title}”" if goal else "")
+                   + (f" for step {parent_step.key} of run {parent_step.run_id}"
+                      if parent_step else ""),
+                   state_patch=shared_state or {}, evidence=opened or None)
             state.flush()
             run = state.run
     except IntegrityError:
@@ -248,8 +268,13 @@ def cancel_run(run, *, actor=None, reason: str = "") -> Checkpoint | None:
         state.refresh()
         run.status = RunStatus.CANCELLED
         run.error = reason
+        evidence = {"cancelled_steps": cancelled}
+        children = list(Run.objects.filter(parent_step__run=run, status__in=OPEN_RUN_STATUSES)
+                        .values_list("pk", flat=True))
+        if children:
+            evidence["children"] = children  # cancelled too, from the outbox
         return commit(state, CheckpointKind.RUN_CANCELLED, actor=actor,
-                      summary=reason or "Run cancelled", evidence={"cancelled_steps": cancelled})
+                      summary=reason or "Run cancelled", evidence=evidence)
 
 
 def add_steps(run, items, *, actor=None) -> list[Checkpoint]:

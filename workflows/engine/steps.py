@@ -333,6 +333,8 @@ def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
         evidence = {"rerun_compensated": redone} if redone else {}
         if stopped:
             evidence["stopped_attempt"] = {"attempt": step.attempt, "owner": step.lease_owner}
+        if step.status == StepStatus.RUNNING and step.child_run_id:
+            evidence["children"] = [step.child_run_id]  # cancelled from the outbox
         token = step.lease_token
         step.status = StepStatus.SKIPPED
         close_gate(step)
@@ -350,13 +352,34 @@ def skip_step(run, key: str, *, actor=None, reason: str = "") -> Checkpoint:
 AGENT_STATUSES = (StepStatus.RUNNING, StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.BLOCKED)
 
 
+STATE_MODES = ("merge", "replace")
+
+
 def record_transition(run, key: str, *, actor=None, step_status: str | None = None,
-                      summary: str = "", evidence=None, state_patch=None) -> Checkpoint:
+                      summary: str = "", evidence=None, state_patch=None,
+                      next_action: str | None = None, label: str = "",
+                      blocker_reason: str = "", shared_state_mode: str = "merge") -> Checkpoint:
     """An agent reports progress on a wait step, one it performs itself. Worker steps and
-    gates are refused (409) whoever asks: their workers and approvers move them."""
+    gates are refused (409) whoever asks: their workers and approvers move them.
+
+    The caller may also say what the run does next (`next_action`; "" clears it), name this
+    point of the run (`label`, on the checkpoint), say why it is blocked (`blocker_reason`,
+    with step_status "blocked"), and replace the shared state rather than merge into it
+    (`shared_state_mode` "replace": the patch becomes the whole state)."""
     if step_status not in (None, "", *AGENT_STATUSES):
         raise InvalidInput(f"step_status must be one of {', '.join(map(str, AGENT_STATUSES))}, "
                            f"got {step_status!r}.")
+    if shared_state_mode not in STATE_MODES:
+        raise InvalidInput(f"shared_state_mode must be merge or replace, got "
+                           f"{shared_state_mode!r}.")
+    if shared_state_mode == "replace" and state_patch is None:
+        raise InvalidInput("shared_state_mode replace needs state_patch: the whole new state.")
+    label = check_text(label, "label", 100)
+    blocker_reason = check_text(blocker_reason, "blocker_reason", REASON_LIMIT)
+    if blocker_reason and step_status != StepStatus.BLOCKED:
+        raise InvalidInput("blocker_reason goes with step_status blocked.")
+    if next_action is not None:
+        next_action = check_text(next_action, "next_action", 500)
     if evidence is not None and not isinstance(evidence, dict):
         raise InvalidInput("evidence must be a JSON object.")
     check_value(evidence, "evidence")
@@ -400,16 +423,28 @@ def record_transition(run, key: str, *, actor=None, step_status: str | None = No
                 fail_for_good(run, step, now, summary)
             if step_status in (StepStatus.COMPLETED, StepStatus.FAILED):
                 close_gate(step)  # a wait step's timeout no longer applies
-        patch = merge_state(run, state_patch)
+        if shared_state_mode == "replace":
+            check_value(state_patch, "state_patch")
+            if not isinstance(state_patch, dict):
+                raise InvalidInput("state_patch must be a JSON object.")
+            run.shared_state = patch = dict(state_patch)
+        else:
+            patch = merge_state(run, state_patch)
+        if next_action is not None:
+            run.caller_next_action = next_action
+        if blocker_reason:
+            run.blocker_reason = blocker_reason
         step.last_summary = summary or step.last_summary
         step.reported_by = actor_of(actor)[1][:200]
         if evidence:
             step.last_evidence = evidence
         if patch:
             step.last_state_patch = patch
+        if shared_state_mode == "replace":
+            evidence = {**(evidence or {}), "shared_state_replaced": True}
         return commit(state, CheckpointKind.TRANSITION, actor=actor, step=step,
                       summary=summary or f"{step.title}: {step.status}",
-                      evidence=evidence, state_patch=patch)
+                      evidence=evidence, state_patch=patch, label=label)
 
 
 def renew_leases(leases: dict[int, str], seconds: float) -> set[int]:

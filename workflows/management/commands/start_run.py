@@ -4,6 +4,17 @@ from django.core.management.base import BaseCommand, CommandError
 
 from goals.models import Priority
 from workflows import engine
+from workflows.specs import SpecError, store_one_off
+
+
+def _read_steps(path: str) -> list:
+    """A JSON list of steps, or a spec file whose steps are taken."""
+    try:
+        with open(path) as source:
+            data = json.load(source)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CommandError(f"--steps {path}: {exc}") from None
+    return data.get("steps") if isinstance(data, dict) else data
 
 
 class Command(BaseCommand):
@@ -24,6 +35,14 @@ class Command(BaseCommand):
                                  "whatever its status, or refuse it")
         parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                             help="a run parameter the spec declares (repeat for more)")
+        parser.add_argument("--next-action", default="", metavar="TEXT",
+                            help="what should happen next, in your words")
+        parser.add_argument("--kind", default="", help="what sort of run this is")
+        parser.add_argument("--ref", default="", metavar="REF",
+                            help="an outside reference (a ticket, a session id) to find it by")
+        parser.add_argument("--steps", default="", metavar="FILE",
+                            help="inline steps (a JSON list, or a spec file's steps): a one-off "
+                                 "version of SPEC_NAME")
 
     def handle(self, *args, **options):
         state = None
@@ -38,14 +57,18 @@ class Command(BaseCommand):
             if not sep or not name:
                 raise CommandError(f"--param {item!r}: give NAME=VALUE")
             params[name] = value
+        spec = options["spec"]
         try:
+            if options["steps"]:
+                spec = store_one_off({"name": spec, "steps": _read_steps(options["steps"])})
             opened = engine.open_run(
-                options["spec"], actor="manage.py start_run", goal=options["goal"],
+                spec, actor="manage.py start_run", goal=options["goal"],
                 idempotency_key=options["idempotency_key"], shared_state=state,
                 title=options["title"], params=params if options["param"] else None,
                 priority=options["priority"], reuse=options["reuse"],
+                next_action=options["next_action"], kind=options["kind"], ref=options["ref"],
             )
-        except engine.WorkflowError as exc:
+        except (engine.WorkflowError, SpecError) as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(str(opened.run.pk))
         if opened.reused:
