@@ -145,6 +145,10 @@ def test_start_run_with_caller_fields_and_inline_steps(db, tmp_path):
     run = Run.objects.get(pk=int(out))
     assert (run.kind, run.ref, run.what_next) == ("agent", "SESSION-9", "write the draft")
     assert run.spec.status == "one_off" and run.steps.count() == 2
+    listed = call("runs", "--ref", "SESSION-9", "--open", "--status", "open",
+                  "--status", "running")[0]
+    assert f"{run.pk:>6}  open" in listed and "write the draft" in listed
+    assert "(no runs)" in call("runs", "--ref", "SESSION-1")[0]
     steps.write_text("[{\"key\": \"a\", \"depends_on\": [\"b\"]}]")
     with pytest.raises(CommandError, match="unknown step 'b'"):
         call("start_run", "one-off", "--steps", str(steps))

@@ -124,3 +124,29 @@ def test_two_consumers_run_every_step_exactly_once(consumers, tmp_path):
     for run in runs:
         assert set(completions(run).values()) == {1}
     assert HUEY.storage.result_store_size() == 0  # doorbells leave nothing behind in the queue
+
+
+def test_a_run_inside_a_run_end_to_end_with_a_consumer_killed_in_the_child(consumers,
+                                                                          tmp_path):
+    """The parent's workflow step opens one child; a consumer SIGKILLed while the child's
+    command runs is replaced; the child completes, the outbox tells the parent, and the
+    parent completes, with one child and no step of it run twice to the end."""
+    marks = tmp_path / "marks"
+    store_spec({"name": "inner", "steps": [
+        {"key": "work", "max_retries": 3,
+         "run": {"shell": f"echo start >> {marks}; sleep 2; echo done >> {marks}"}}]})
+    spec = store_spec({"name": "outer", "steps": [
+        {"key": "child", "run": {"workflow": "inner"}},
+        {"key": "after", "depends_on": ["child"],
+         "run": {"callable": "workflows.callables.noop"}}]})[0]
+    first = consumers(workers=2)
+    run = engine.open_run(spec).run
+    wait_for(lambda: marks.exists(), 30, what="the child's command to start")
+    first.kill()
+    consumers(workers=2)
+    wait_for(lambda: closed(run), 90, what="the parent run to finish")
+    assert run_status(run) == "completed"
+    [child] = Run.objects.filter(parent_step__run=run)
+    assert child.status == "completed"
+    assert marks.read_text().split().count("done") == 1
+    assert Step.objects.get(run=run, key="child").child_run_id == child.pk

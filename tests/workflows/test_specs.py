@@ -48,7 +48,7 @@ def run_step(key, **extra):
         (spec_with({"key": "a", "run": {"callable": "os.system"}}),
          "step 'a' run: callable 'os.system' is not on the allow-list"),
         (spec_with({"key": "a", "run": {"command": ["x"], "shell": "x"}}),
-         "step 'a' run: needs exactly one of command, shell, callable or agent (got "
+         "step 'a' run: needs exactly one of command, shell, callable, agent or workflow (got "
              "command, shell)"),
         (spec_with({"key": "a", "approval": {}}), "step 'a' approval: group is required"),
         (spec_with(run_step("a", compensation={"command": "undo"})),
