@@ -310,6 +310,27 @@ def gate_evidence(gates: list) -> list:
                 "state_keys": sorted((dep.last_state_patch or {}).keys())})
         gate.decisions, gate.approved = approvals_of_attempt(decided.get(gate.pk, []),
                                                              gate.attempt)
+        # What the live inbox compares to know a card's quorum line changed.
+        gate.version = f"{gate.attempt}.{len(gate.decisions)}"
+    return gates
+
+
+def gates_left(user, step_ids: list[int]) -> list[Step]:
+    """Gates an open inbox still shows that no longer wait on this user (decided by others,
+    or their run moved on), each with this attempt's `decisions`: the cards turn into their
+    decided state. Only gates of the user's groups: an inbox cannot probe other steps."""
+    if not step_ids:
+        return []
+    gates = list(Step.objects.filter(pk__in=step_ids[:200], kind="approval",
+                                     approval_group__in=user.groups.values("name"))
+                 .select_related("run").order_by("pk"))
+    decided: dict[int, list[Approval]] = {}
+    for approval in (Approval.objects.filter(step__in=[g.pk for g in gates])
+                     .select_related("user").order_by("at")):
+        decided.setdefault(approval.step_id, []).append(approval)
+    for gate in gates:
+        gate.decisions = [d for d in decided.get(gate.pk, []) if d.attempt == gate.attempt]
+        gate.mine = [d for d in gate.decisions if d.user_id == user.pk]
     return gates
 
 

@@ -166,53 +166,72 @@ def run_list(request):
 @require_GET
 def inbox(request):
     gates = selectors.inbox_gates(request.user)
-    signature = selectors.inbox_signature(gates)
+    if request.htmx and "poll" in request.GET:
+        return _inbox_update(request, gates)
     template = "workflows/inbox.html"
     if request.htmx:
-        if request.GET.get("seen") == signature:
-            return HttpResponse(status=204)  # nothing new: the page keeps what it has
         template += "#gates"
-    return render(request, template, {"gates": gates, "signature": signature})
+    return render(request, template, {"gates": gates})
+
+
+def _inbox_update(request, gates):
+    """What changed since the open inbox's last look, as out-of-band swaps around the cards
+    it has (each sends "id:version"): new gates are added, changed quorum lines replaced,
+    gates that no longer wait on this user turn into their decided state. A card a person
+    is typing in is never replaced while it waits; nothing changed is a 204."""
+    have = {}
+    for item in request.GET.getlist("have")[:500]:
+        pk, _, version = item.partition(":")
+        if pk.isascii() and pk.isdigit() and len(pk) <= 18 and int(pk) <= MAX_ID:
+            have[int(pk)] = version
+    current = {gate.pk for gate in gates}
+    arrived = [gate for gate in gates if gate.pk not in have]
+    changed = [gate for gate in gates if gate.pk in have and have[gate.pk] != gate.version]
+    left = selectors.gates_left(request.user, [pk for pk in have if pk not in current])
+    if not (arrived or changed or left):
+        return HttpResponse(status=204)
+    return render(request, "workflows/inbox.html#inbox-update",
+                  {"gates": gates, "arrived": arrived, "changed": changed, "left": left})
 
 
 @require_POST
 def inbox_bulk(request):
-    """Approve or reject the ticked gates with one comment. Each goes through the engine on
-    its own (its own approval and checkpoint); one that cannot be decided says why in its own
-    card while the others go through."""
-    decision = request.POST.get("decision")
-    comment = request.POST.get("comment", "")
+    """Approve or reject the ticked gates with one comment (engine.decide_many); a gate that
+    could not be decided says why in its own card, in the error style."""
     picked = [int(pk) for pk in request.POST.getlist("gate")
-              if pk.isascii() and pk.isdigit() and len(pk) <= 18 and int(pk) <= MAX_ID][:100]
-    steps = Step.objects.select_related("run").filter(pk__in=picked, kind="approval")
-    done, refused = [], {}
-    for step in steps:
-        try:
-            if decision == "approve":
-                engine.approve(step.run, step.key, user=request.user, comment=comment)
-            elif decision == "reject":
-                engine.reject(step.run, step.key, user=request.user, comment=comment)
-            else:
-                raise engine.InvalidInput("Choose approve or reject.")
-            verb = "approved" if decision == "approve" else "rejected"
-            done.append(f"You {verb} {step.title} ({step.run}).")
-        except engine.WorkflowError as exc:
-            refused[step.pk] = str(exc)
+              if pk.isascii() and pk.isdigit() and len(pk) <= 18 and int(pk) <= MAX_ID]
+    done, refused, problem = [], {}, ""
     if not picked:
-        done.append("Tick the gates to decide first.")
+        problem = "Tick the gates to decide first."
+    else:
+        try:
+            decided, refused = engine.decide_many(
+                picked, user=request.user, decision=request.POST.get("decision", ""),
+                comment=request.POST.get("comment", ""))
+            verb = "approved" if request.POST.get("decision") == "approve" else "rejected"
+            done = [f"You {verb} {gate.title} ({gate.run})." for gate in decided]
+        except engine.WorkflowError as exc:
+            problem = str(exc)
     gates = selectors.inbox_gates(request.user)
     for gate in gates:
         gate.notice = refused.get(gate.pk, "")
-    gone = [message for pk, message in refused.items() if pk not in {g.pk for g in gates}]
-    context = {"gates": gates, "signature": selectors.inbox_signature(gates),
-               "bulk_done": done + gone}
+    waiting = {gate.pk for gate in gates}
+    # Refused gates that no longer wait on this user keep a card of their own, saying why.
+    refused_cards = selectors.gates_left(request.user, [pk for pk in refused
+                                                        if pk not in waiting])
+    for gate in refused_cards:
+        gate.notice = refused[gate.pk]
+    context = {"gates": gates, "bulk_done": done, "bulk_problem": problem,
+               "refused_cards": refused_cards}
     if request.htmx:
         return render(request, "workflows/inbox.html#gates", context)
-    for line in done + gone:
+    for line in done:
         messages.info(request, line)
-    for gate in gates:
+    for gate in [*gates, *refused_cards]:
         if gate.notice:
             messages.error(request, f"{gate.title} ({gate.run}): {gate.notice}")
+    if problem:
+        messages.error(request, problem)
     return redirect("inbox")
 
 

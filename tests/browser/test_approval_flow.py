@@ -149,15 +149,63 @@ def test_no_page_overflows_its_width(browser, live_server, waiting_run, width):
 
 
 def test_the_inbox_is_live(page, waiting_run, people):
-    """A decision made elsewhere shows up on an open inbox without a reload."""
+    """A gate decided elsewhere turns into its decided state on an open inbox, no reload."""
     spec_gate = waiting_run.steps.get(key="qa")
     login(page, "carol")
     page.evaluate("window.__noReload = true")
-    page.wait_for_selector(f"#gate-{spec_gate.pk}")
+    page.wait_for_selector(f"#gate-{spec_gate.pk} button:has-text('Approve')")
     engine.cancel_run(waiting_run, actor="test")  # the gate is gone elsewhere
-    page.wait_for_selector(f"#gate-{spec_gate.pk}", state="detached", timeout=15000)
+    page.wait_for_selector(f"#gate-{spec_gate.pk}.decided >> text=No longer waits on you",
+                           timeout=15000)
+    assert page.query_selector(f"#gate-{spec_gate.pk} button") is None
     assert page.text_content("#inbox-count") == "0"
     assert page.evaluate("window.__noReload") is True
+
+
+def test_what_a_person_types_survives_a_live_update(page, shoot, waiting_run, people):
+    """A new gate arrives and another approver decides while carol types her comment and
+    ticks a box: the new card is added, the quorum line changes, her words stay."""
+    gate = waiting_run.steps.get(key="qa")
+    store_spec({**SHIP, "name": "ship2", "steps": [
+        SHIP["steps"][0], {**SHIP["steps"][1], "approval": {"group": "qa", "required": 2}}]})
+    two = engine.open_run("ship2", actor=people["alice"], title="Ship 2.2").run
+    work(two, "build")
+    slow = two.steps.get(key="qa")
+    login(page, "carol")
+    page.evaluate("window.__noReload = true")
+    page.fill(f"#gate-{slow.pk} input[aria-label='Approval comment']", "checked the diff")
+    page.check(f"#gate-{gate.pk} input[name=gate]")
+    third = engine.open_run("ship", actor=people["alice"], title="Ship 2.3").run
+    work(third, "build")
+    engine.approve(two, "qa", user=people["bob"])  # 1 of 2, decided elsewhere
+    arrived = third.steps.get(key="qa").pk
+    page.wait_for_selector(f"#gate-{arrived}", timeout=15000)
+    page.wait_for_selector(f"#quorum-{slow.pk} >> text=bob approved", timeout=15000)
+    assert page.input_value(
+        f"#gate-{slow.pk} input[aria-label='Approval comment']") == "checked the diff"
+    assert page.is_checked(f"#gate-{gate.pk} input[name=gate]")
+    assert page.text_content("#inbox-count") == "3"
+    assert page.evaluate("window.__noReload") is True
+    shoot("inbox-live-typing")
+    page.click(f"#gate-{slow.pk} button:has-text('Approve')")
+    page.wait_for_selector(f"#gate-{slow.pk}.decided")
+    assert Approval.objects.get(user=people["carol"]).comment == "checked the diff"
+
+
+def test_a_bulk_refusal_shows_in_its_card(page, waiting_run, people):
+    second = engine.open_run("ship", actor=people["alice"], title="Ship 2.1").run
+    work(second, "build")
+    login(page, "bob")
+    gates = [run.steps.get(key="qa").pk for run in (waiting_run, second)]
+    for pk in gates:
+        page.check(f"#gate-{pk} input[name=gate]")
+    engine.cancel_run(second, actor="test")  # gone before bob presses
+    page.fill("input[aria-label='Comment for the selected gates']", "green")
+    page.click("button:has-text('Approve selected')")
+    page.wait_for_selector(f"#gate-{gates[1]} .notice.error >> text=Not decided")
+    assert "You approved QA sign-off" in page.text_content(".notice.ok")
+    assert "Not decided" not in page.text_content(".notice.ok")
+    assert page.query_selector("#bulk") is None  # nothing left to select
 
 
 def test_bulk_approve_from_the_inbox(page, shoot, waiting_run, people):

@@ -531,18 +531,39 @@ class TestEvidenceOnTheCard:
 
 
 class TestLiveInbox:
-    def test_a_poll_with_nothing_new_is_204_and_a_change_swaps_the_gates(self, client,
-                                                                          waiting, people):
+    def test_a_poll_with_nothing_new_is_204_and_changes_come_as_swaps_around_the_cards(
+            self, client, waiting, people, release_spec):
         as_user(client, people["carol"])
         page = client.get("/").content.decode()
-        seen = page.split("?seen=")[1].split('"')[0]
-        assert client.get(f"/?seen={seen}", **HTMX).status_code == 204
-        engine.approve(waiting, "qa", user=people["bob"])  # bob decides elsewhere
-        fresh = client.get(f"/?seen={seen}", **HTMX)
-        body = fresh.content.decode()
-        assert fresh.status_code == 200 and '<div class="gates" id="gates"' in body
-        assert "bob approved" in body and 'id="inbox-count" hx-swap-oob="true">1<' in body
-        assert "<html" not in body
+        gate = waiting.steps.get(key="qa")
+        have = page.split('name="have" value="')[1].split('"')[0]
+        assert have == f"{gate.pk}:1.0"
+        assert client.get("/", {"poll": 1, "have": have}, **HTMX).status_code == 204
+        engine.approve(waiting, "qa", user=people["bob"])  # bob decides elsewhere: 1 of 2
+        body = client.get("/", {"poll": 1, "have": have}, **HTMX).content.decode()
+        # Only the quorum line is swapped: the card, and what carol types in it, stay.
+        assert f'id="quorum-{gate.pk}" hx-swap-oob="true"' in body and "bob approved" in body
+        assert 'name="comment"' not in body and "<html" not in body
+        assert 'id="inbox-count" hx-swap-oob="true">1<' in body
+        other = engine.open_run(release_spec, actor=people["alice"]).run
+        engine.start_step(other, "build")
+        engine.complete_step(other, "build")
+        body = client.get("/", {"poll": 1, "have": f"{gate.pk}:1.1"}, **HTMX).content.decode()
+        new = other.steps.get(key="qa").pk
+        assert 'hx-swap-oob="beforeend:#gate-list"' in body and f'id="gate-{new}"' in body
+        assert 'id="bulk-bar" hx-swap-oob="true"' in body and "Approve selected" in body
+        engine.cancel_run(waiting, actor="test")
+        body = client.get("/", {"poll": 1, "have": [f"{gate.pk}:1.1", f"{new}:1.0"]},
+                          **HTMX).content.decode()
+        assert f'id="gate-{gate.pk}" hx-swap-oob="true"' in body
+        assert "No longer waits on you: bob approved; run cancelled." in body
+        assert "Approve selected" not in body  # one gate left: no bulk bar
+
+    def test_a_poll_cannot_probe_gates_of_other_groups(self, client, waiting, people):
+        as_user(client, people["erin"])  # in no group
+        gate = waiting.steps.get(key="qa")
+        response = client.get("/", {"poll": 1, "have": f"{gate.pk}:1.0"}, **HTMX)
+        assert response.status_code == 204
 
     def test_the_header_count_follows_a_decision_on_the_run_page(self, client, waiting,
                                                                  people):

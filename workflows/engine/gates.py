@@ -8,7 +8,7 @@ from ..models import Approval, Checkpoint, CheckpointKind, Decision, Run, Step, 
 from ..params import FieldErrors, coerce
 from . import sql
 from .commit import commit
-from .errors import IllegalTransition, InvalidInput, NotPermitted
+from .errors import IllegalTransition, InvalidInput, NotPermitted, WorkflowError
 from .moves import (
     COMMENT_LIMIT,
     check_text,
@@ -154,3 +154,30 @@ def expire_gate(step_id: int) -> Checkpoint | None:
                       "timed out waiting for approval")
         return commit(state, CheckpointKind.GATE_TIMED_OUT, actor="deadline", step=step,
                       summary=step.last_summary)
+
+
+BULK_LIMIT = 100
+
+
+def decide_many(step_ids: list[int], *, user, decision: str, comment: str = ""
+                ) -> tuple[list[Step], dict[int, str]]:
+    """Approve or reject several gates with one comment: each through `approve` or `reject`,
+    its own transaction and checkpoint, so one that cannot be decided (decided already,
+    self-approval, its run moved on) holds back no other. Returns (decided gates, {gate id:
+    why it was refused})."""
+    if decision not in ("approve", "reject"):
+        raise InvalidInput("Choose approve or reject.")
+    if len(step_ids) > BULK_LIMIT:
+        raise InvalidInput(f"At most {BULK_LIMIT} gates at once; {len(step_ids)} were picked.")
+    decided, refused = [], {}
+    gates = Step.objects.select_related("run").filter(pk__in=step_ids, kind="approval")
+    for gate in gates.order_by("pk"):
+        try:
+            if decision == "approve":
+                approve(gate.run, gate.key, user=user, comment=comment)
+            else:
+                reject(gate.run, gate.key, user=user, comment=comment)
+            decided.append(gate)
+        except WorkflowError as exc:
+            refused[gate.pk] = str(exc)
+    return decided, refused
