@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db.models import Count, F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 
+from . import briefs
 from .engine import NotFound
 from .engine.rules import next_move, ready_steps
 from .engine.sql import CompiledQuery
@@ -266,7 +267,7 @@ def fill_placeholders(text: str, run: Run) -> str:
 def inbox_gates(user) -> list:
     """The gates waiting on this user, oldest first, each with its evidence."""
     return gate_evidence(list(decidable_by(user).select_related(
-        "run", "run__goal", "run__requested_by")))
+        "run", "run__spec", "run__goal", "run__requested_by")))
 
 
 def approvals_of_attempt(decisions, attempt: int) -> tuple[list, int]:
@@ -312,6 +313,11 @@ def gate_evidence(gates: list) -> list:
                                                              gate.attempt)
         # What the live inbox compares to know a card's quorum line changed.
         gate.version = f"{gate.attempt}.{len(gate.decisions)}"
+    briefs.brief(gates)
+    for gate in gates:
+        outputs = {dep["key"]: dep for dep in gate.evidence}
+        for entry in gate.trail:
+            entry["output"] = outputs.get(entry["key"])
     return gates
 
 

@@ -314,9 +314,9 @@ class TestQueryCounts:
         # lookups (user and group permissions) and the inbox count
         with django_assert_num_queries(10):
             client.get(f"/runs/{waiting.pk}/")
-        # session, user, gates, the evidence (dependency steps, decisions), the inbox count,
-        # and the two permission lookups of the nav
-        with django_assert_num_queries(8):
+        # session, user, gates, the evidence (dependency steps, decisions), the brief (every
+        # step of the gates' runs), the inbox count, and the two permission lookups of the nav
+        with django_assert_num_queries(9):
             client.get("/")
 
     def test_run_list_is_constant(self, client, release_spec, people):
@@ -507,7 +507,8 @@ class TestEvidenceOnTheCard:
         assert 'href="https://ci.example/3.0"' in body and "&lt;b&gt;now&lt;/b&gt;" in body
         assert "<b>1 of 2</b> approvals · bob approved" in body
         assert "decide by" in body and "“Ship 3.0”" in body and "alice" in body
-        assert "line 8" in body and "wrote artifact" in body and "Whole output" in body
+        assert "line 8" in body and "Whole output" in body
+        assert "<dt>artifact</dt><dd><bdi>a.tgz</bdi>" in body
         tail = body.split('<pre class="tail">')[1].split("</pre>")[0]
         assert tail.splitlines() == ["line 4", "line 5", "line 6", "line 7", "line 8"]
 
@@ -629,3 +630,54 @@ def waiting_spec():
     from workflows.specs import store_spec
 
     return store_spec({"name": "agent-only", "steps": [{"key": "agent"}]})[0]
+
+
+class TestTheCardHoldsTheDecision:
+    SPEC = {"name": "deploy-card", "params": [
+        {"name": "version", "type": "string"}, {"name": "rollout", "type": "choice",
+                                                 "options": ["full", "canary"]},
+        {"name": "dry_run", "type": "boolean", "default": False}],
+        "steps": [
+            {"key": "build", "title": "Build", "run": {"callable": "workflows.callables.noop"},
+             "compensation": {"callable": "workflows.callables.noop"}},
+            {"key": "review", "title": "Review", "depends_on": ["build"]},
+            {"key": "qa", "title": "QA sign-off", "depends_on": ["review"],
+             "description": "Check **{{ params.version }}** on [staging](https://staging.example)"
+                            " <script>alert(1)</script> [bad](javascript:alert(1))",
+             "approval": {"group": "qa"}},
+            {"key": "deploy", "title": "Deploy", "depends_on": ["qa"],
+             "run": {"callable": "workflows.callables.noop"}},
+            {"key": "canary", "title": "Canary check", "depends_on": ["qa"],
+             "when": {"params": "rollout", "equals": "canary"},
+             "run": {"callable": "workflows.callables.noop"}}]}
+
+    def test_params_trail_values_and_consequences(self, client, people):
+        from tests.workflows.helpers import work
+        from workflows.specs import store_spec
+
+        store_spec(self.SPEC)
+        run = engine.open_run("deploy-card", actor=people["alice"],
+                              params={"version": "2.2.0", "rollout": "full"}).run
+        work(run, "build", summary="workflows.callables.noop returned")
+        engine.record_transition(run, "review", actor=people["alice"], step_status="completed",
+                                 state_patch={"verdict": "ok", "score": 0.97,
+                                              "notes": "x" * 200})
+        as_user(client, people["bob"])
+        body = client.get("/").content.decode()
+        assert "<dt>Version</dt><dd><bdi>2.2.0</bdi>" in body
+        assert "<dt>Rollout</dt><dd><bdi>full</bdi>" in body
+        assert "<dt>Dry run</dt><dd><bdi>no</bdi>" in body  # words for booleans
+        # The whole trail (build is two steps back), with the values written, shortened.
+        assert "<b>Build</b>" in body and "<b>Review</b>" in body
+        assert "<dt>verdict</dt><dd><bdi>ok</bdi>" in body and "<dd><bdi>0.97</bdi>" in body
+        assert "x" * 79 + "…" in body and "<summary>all</summary>" in body
+        assert "workflows.callables.noop returned" not in body
+        assert ("starts: Deploy, Canary check (if params rollout equals &quot;canary&quot;)"
+                in body)
+        assert "fails the run and runs the compensations of Build" in body
+        # Instructions in Markdown, sanitised: no script, no javascript: link, safe rel.
+        assert "<strong>2.2.0</strong>" in body
+        assert ('<a href="https://staging.example" rel="noopener noreferrer nofollow">staging'
+                in body)
+        assert "<script>alert" not in body, body[body.find("<script>alert") - 300:][:400]
+        assert 'href="javascript' not in body

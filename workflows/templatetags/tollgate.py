@@ -1,12 +1,31 @@
 import json
 from datetime import timedelta
 
+import nh3
 from django import template
 from django.templatetags.static import static
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.safestring import mark_safe
+from markdown_it import MarkdownIt
 
 register = template.Library()
+
+# Instructions are Markdown (CommonMark, tables), raw HTML off, then sanitised: what a spec
+# author writes cannot run script or style the page, and links open safely.
+_MARKDOWN = MarkdownIt("commonmark", {"html": False, "linkify": True}).enable(
+    ["table", "linkify"])
+_TAGS = {"p", "br", "strong", "em", "code", "pre", "blockquote", "ul", "ol", "li", "a", "h1",
+         "h2", "h3", "h4", "h5", "h6", "hr", "table", "thead", "tbody", "tr", "th", "td"}
+
+
+@register.filter
+def markdown(text) -> str:
+    """Markdown for people (gate instructions), sanitised with nh3."""
+    html = _MARKDOWN.render(str(text or ""))
+    return mark_safe(nh3.clean(html, tags=_TAGS, attributes={"a": {"href", "title"}},
+                               url_schemes={"http", "https", "mailto"},
+                               link_rel="noopener noreferrer nofollow"))  # noqa: S308
 
 
 @register.filter

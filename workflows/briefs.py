@@ -1,0 +1,99 @@
+"""What an approver reads on a gate's card, worked out for many gates in a constant number of
+queries: the run's params with their values, the trail of every step before the gate in
+words, the values those steps wrote, and what approving and rejecting do."""
+
+from __future__ import annotations
+
+import json
+
+from .models import Run, Step, StepStatus
+
+VALUE_CHARS = 80  # a value longer than this is shortened on the card, whole on demand
+
+
+def short(value) -> tuple[str, str]:
+    """(shortened text, whole text) of a value as a person reads it: words for booleans,
+    strings as they are, anything else as JSON."""
+    if isinstance(value, bool):
+        whole = "yes" if value else "no"
+    elif isinstance(value, str):
+        whole = value
+    else:
+        whole = json.dumps(value, sort_keys=True, default=str)
+    return (whole if len(whole) <= VALUE_CHARS else whole[:VALUE_CHARS - 1] + "…"), whole
+
+
+def params_of(run: Run) -> list[dict]:
+    """The run's params in the order the spec declares them, with their values."""
+    found = []
+    for param in run.spec.definition.get("params", []):
+        if param["name"] in run.params:
+            text, whole = short(run.params[param["name"]])
+            found.append({"name": param.get("label") or param["name"], "value": text,
+                          "whole": whole, "cut": text != whole})
+    return found
+
+
+def ancestors(key: str, by_key: dict[str, Step]) -> list[Step]:
+    """Every step the gate waits on, directly or not, in the run's order."""
+    seen, stack = set(), list(by_key[key].depends_on) if key in by_key else []
+    while stack:
+        dep = stack.pop()
+        if dep in seen or dep not in by_key:
+            continue
+        seen.add(dep)
+        stack.extend(by_key[dep].depends_on)
+    return sorted((by_key[k] for k in seen), key=lambda step: step.index)
+
+
+def trail_entry(step: Step) -> dict:
+    """One step before the gate, in words, with the values it wrote."""
+    values = []
+    for name, value in sorted((step.last_state_patch or {}).items()):
+        text, whole = short(value)
+        values.append({"name": name, "value": text, "whole": whole, "cut": text != whole})
+    summary = step.last_summary or ""
+    if summary.endswith(" returned") or summary.endswith(" completed"):
+        summary = ""  # a machine's "x.y.z returned": the status already says it
+    return {"key": step.key, "title": step.title, "status": step.status,
+            "finished_at": step.finished_at, "summary": summary,
+            "reported_by": step.reported_by, "values": values}
+
+
+def consequences(gate: Step, by_key: dict[str, Step]) -> dict:
+    """What approving starts (the steps right after the gate, with the condition any of them
+    waits for) and what rejecting does (the run fails; the compensations it runs)."""
+    starts = []
+    for key in gate.dependents:
+        step = by_key.get(key)
+        if step is None:
+            continue
+        when = step.config.get("when")
+        condition = ""
+        if when:
+            source = "params" if "params" in when else "state"
+            path = f"{source} {when[source]}"
+            test = next((t for t in ("equals", "not_equals", "in", "exists") if t in when), "")
+            condition = f"if {path} {test.replace('_', ' ')} {json.dumps(when.get(test))}"
+        starts.append({"title": step.title, "condition": condition})
+    undone = [step.title for step in sorted(by_key.values(), key=lambda s: -s.index)
+              if step.compensation and step.status == StepStatus.COMPLETED]
+    return {"starts": starts, "undone": undone}
+
+
+def brief(gates: list[Step]) -> None:
+    """Give each gate `params`, `trail` and `consequences`, in one query for all their runs'
+    steps."""
+    if not gates:
+        return
+    steps: dict[int, dict[str, Step]] = {}
+    for step in Step.objects.filter(run_id__in={gate.run_id for gate in gates}).only(
+            "run_id", "key", "title", "index", "status", "depends_on", "dependents", "config",
+            "compensation", "last_summary", "last_state_patch", "reported_by",
+            "finished_at").order_by("index"):
+        steps.setdefault(step.run_id, {})[step.key] = step
+    for gate in gates:
+        by_key = steps.get(gate.run_id, {})
+        gate.params = params_of(gate.run)
+        gate.trail = [trail_entry(step) for step in ancestors(gate.key, by_key)]
+        gate.consequences = consequences(gate, by_key)
