@@ -156,7 +156,9 @@ def get_goal(request, goal_id: Id):
 
 
 @router.patch("/goals/{goal_id}", response={200: GoalOut, 400: Error, 401: Error, 403: Error,
-                                          404: Error}, summary="Change a goal")
+                                          404: Error, 409: Error},
+              summary="Change a goal (closing one with open runs is refused with 409 naming "
+                      "them)")
 def patch_goal(request, goal_id: Id, payload: GoalPatch):
     goal = Goal.objects.filter(pk=goal_id).first()
     if goal is None:

@@ -23,6 +23,7 @@ from ninja.parser import Parser
 from ninja.security import HttpBearer, SessionAuth
 
 from goals.api import router as goals_router
+from goals.services import OpenRuns
 from workflows.api import router as workflows_router
 from workflows.engine import WorkflowError
 from workflows.models import ApiToken
@@ -145,6 +146,12 @@ def on_forbidden(request, exc):
 @api.exception_handler(DjangoValidationError)
 def on_model_invalid(request, exc):
     return error(request, "; ".join(exc.messages), 400)
+
+
+@api.exception_handler(OpenRuns)
+def on_goal_with_open_runs(request, exc):
+    """Closing a goal whose runs are open is a conflict with the state, not bad input."""
+    return error(request, "; ".join(exc.messages), 409)
 
 
 RETRY_AFTER_SECONDS = 5

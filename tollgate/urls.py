@@ -25,6 +25,18 @@ def healthz(request):
 urlpatterns.append(path("healthz", healthz, name="healthz"))
 
 
+@login_not_required
+def favicon(request):
+    """Browsers ask for /favicon.ico on every site: the icon, not a 404."""
+    from django.shortcuts import redirect
+    from django.templatetags.static import static
+
+    return redirect(static("tollgate/favicon.svg"), permanent=True)
+
+
+urlpatterns.append(path("favicon.ico", favicon))
+
+
 def server_error(request):
     """A 500 that is the database being away (restarting, cut off, out of connections) is
     a 503 with Retry-After: the person, or the htmx press, may simply try again."""

@@ -8,7 +8,7 @@ class WorkflowsConfig(AppConfig):
     def ready(self) -> None:
         # checks registers itself; tasks binds the queue's tasks to dispatch, in web
         # processes as in consumers.
-        from . import checks, dispatch, outbox, tasks  # noqa: F401
+        from . import checks, dispatch, goal_closing, outbox, tasks, timezones  # noqa: F401
         from .engine import transition_committed, transition_recording
 
         transition_recording.connect(outbox.record, dispatch_uid="tollgate-outbox")

@@ -97,3 +97,44 @@ def brief(gates: list[Step]) -> None:
         gate.params = params_of(gate.run)
         gate.trail = [trail_entry(step) for step in ancestors(gate.key, by_key)]
         gate.consequences = consequences(gate, by_key)
+
+
+def deadline(gate: Step, now) -> dict | None:
+    """A gate's deadline for people: when, how long is left, and what happens then."""
+    if gate.deadline_at is None:
+        return None
+    approval = gate.config.get("approval", {})
+    if approval.get("on_timeout") == "escalate" and not gate.escalated_at:
+        then = f"escalates to {approval.get('escalate_to')}"
+    else:
+        then = "rejects itself"
+    return {"at": gate.deadline_at, "left": (gate.deadline_at - now).total_seconds(),
+            "then": then}
+
+
+def due_gates(now, soon_seconds: float = 24 * 3600) -> list[dict]:
+    """For managers, per group: the waiting gates that are overdue, due within a day, or
+    escalated; in one query whatever their number."""
+    from datetime import timedelta
+
+    from django.db.models import Q
+
+    from .models import OPEN_RUN_STATUSES
+
+    gates = (Step.objects.filter(status=StepStatus.WAITING_APPROVAL,
+                                 run__status__in=OPEN_RUN_STATUSES)
+             .filter(Q(deadline_at__lte=now + timedelta(seconds=soon_seconds))
+                     | Q(escalated_at__isnull=False))
+             .select_related("run").order_by("approval_group", "deadline_at", "pk")[:1000])
+    groups: dict[str, dict] = {}
+    for gate in gates:
+        gate.due = deadline(gate, now)
+        entry = groups.setdefault(gate.approval_group, {
+            "group": gate.approval_group, "overdue": [], "soon": [], "escalated": []})
+        if gate.escalated_at:
+            entry["escalated"].append(gate)
+        if gate.due and gate.due["left"] < 0:
+            entry["overdue"].append(gate)
+        elif gate.due:
+            entry["soon"].append(gate)
+    return list(groups.values())

@@ -766,3 +766,23 @@ class OutboxMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job} for run {self.run_id} #{self.seq}"
+
+
+class Preference(models.Model):
+    """What a person sets for themselves: the time zone their pages show times in (empty:
+    the site's, TIME_ZONE)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                                related_name="tollgate_preference")
+    time_zone = models.CharField(max_length=64, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.time_zone or 'site time zone'}"
+
+    def clean(self) -> None:
+        from zoneinfo import available_timezones
+
+        from django.core.exceptions import ValidationError
+
+        if self.time_zone and self.time_zone not in available_timezones():
+            raise ValidationError({"time_zone": f"Unknown time zone {self.time_zone!r}."})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Count, F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
+from django.utils.timezone import now as timezone_now
 
 from . import briefs
 from .engine import NotFound
@@ -314,7 +315,9 @@ def gate_evidence(gates: list) -> list:
         # What the live inbox compares to know a card's quorum line changed.
         gate.version = f"{gate.attempt}.{len(gate.decisions)}"
     briefs.brief(gates)
+    now = timezone_now()
     for gate in gates:
+        gate.due = briefs.deadline(gate, now)
         outputs = {dep["key"]: dep for dep in gate.evidence}
         for entry in gate.trail:
             entry["output"] = outputs.get(entry["key"])

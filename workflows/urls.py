@@ -17,5 +17,6 @@ urlpatterns = [
     path("runs/<int:pk>/recover/", views.run_recover, name="run_recover"),
     path("runs/<int:pk>/audit/", views.run_audit, name="run_audit"),
     path("audit/", views.audit, name="audit"),
+    path("gates/due/", views.gates_due, name="gates_due"),
     path("runs/<int:pk>/steps/<str:key>/<str:action>/", views.step_action, name="step_action"),
 ]

@@ -6,7 +6,9 @@ answers with the fragment to swap, taken from the page template's partials.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, HttpResponseForbidden, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -18,7 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from tollgate.exports import csv_download
 from tollgate.query import MAX_ID, int_param
 
-from . import engine, links, selectors
+from . import briefs, engine, links, selectors, timezones
 from .forms import StartRunForm, gate_form, posted_values
 from .models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, StepStatus, WorkflowSpec
 from .permissions import (
@@ -89,6 +91,7 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
                             and step.lease_expires_at < now)
         step.decisions = by_step.get(step.pk, [])
         if step.kind == "approval":
+            step.due = briefs.deadline(step, now)
             step.instructions = selectors.fill_placeholders(step.config.get("description", ""),
                                                             run)
             step.approved = selectors.approvals_of_attempt(step.decisions, step.attempt)[1]
@@ -375,15 +378,31 @@ def run_recover(request, pk: int):
 @never_cache  # the page shows a new token once: no cache may keep it
 @require_http_methods(["GET", "POST"])
 def profile(request):
-    """Your API tokens: create one (shown once) or revoke one."""
-    from .models import ApiToken
+    """Your API tokens (create one, shown once, or revoke one) and your time zone."""
+    from .models import ApiToken, Preference
 
     new_token = None
-    if request.method == "POST":
+    preference = Preference.objects.filter(user=request.user).first() or Preference(
+        user=request.user)
+    if request.method == "POST" and "time_zone" in request.POST:
+        preference.time_zone = request.POST["time_zone"].strip()[:64]
+        try:
+            preference.full_clean()
+        except ValidationError as exc:
+            messages.error(request, "; ".join(exc.messages))
+        else:
+            preference.save()
+            timezones.remember(request, preference.time_zone)
+            messages.success(request, f"Times now show in {preference.time_zone or 'the '
+                                                          'site time zone'}.")
+            return redirect("profile")
+    elif request.method == "POST":
         name = request.POST.get("name", "").replace("\x00", "").strip()[:100] or "API token"
         _, new_token = ApiToken.objects.issue(request.user, name, actor=request.user)
     tokens = ApiToken.objects.filter(user=request.user)
-    return render(request, "workflows/profile.html", {"tokens": tokens, "new_token": new_token})
+    return render(request, "workflows/profile.html", {
+        "tokens": tokens, "new_token": new_token, "preference": preference,
+        "zones": timezones.choices(), "site_zone": settings.TIME_ZONE})
 
 
 @require_POST
@@ -451,6 +470,17 @@ def run_audit(request, pk: int):
     response = JsonResponse(audit, json_dumps_params={"indent": 2})
     response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-audit.json"'
     return response
+
+
+@require_GET
+def gates_due(request):
+    """For managers (staff and export_audit, as the audit): per group, the gates overdue,
+    due within a day, and escalated."""
+    if not can_export_audit(request.user):
+        return HttpResponseForbidden("The deadlines view is for managers (staff or the "
+                                     "export_audit permission).")
+    return render(request, "workflows/gates_due.html",
+                  {"groups": briefs.due_gates(timezone.now())})
 
 
 @require_GET

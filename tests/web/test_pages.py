@@ -681,3 +681,73 @@ class TestTheCardHoldsTheDecision:
                 in body)
         assert "<script>alert" not in body, body[body.find("<script>alert") - 300:][:400]
         assert 'href="javascript' not in body
+
+
+class TestDeadlinesPeopleCanRead:
+    SPEC = {"name": "timed", "steps": [
+        {"key": "build", "run": {"callable": "workflows.callables.noop"}},
+        {"key": "qa", "title": "QA sign-off", "depends_on": ["build"],
+         "approval": {"group": "qa", "timeout_seconds": 3 * 3600 + 60}},
+        {"key": "cab", "title": "Change board", "depends_on": ["build"],
+         "approval": {"group": "qa", "timeout_seconds": 40 * 60 + 30, "on_timeout": "escalate",
+                      "escalate_to": "release-managers"}}]}
+
+    @pytest.fixture
+    def timed(self, people):
+        from tests.workflows.helpers import work
+        from workflows.specs import store_spec
+
+        store_spec(self.SPEC)
+        run = engine.open_run("timed", actor=people["alice"]).run
+        work(run, "build")
+        return run
+
+    def test_the_card_says_when_in_my_time_zone_and_what_happens_then(self, client, timed,
+                                                                      people):
+        as_user(client, people["bob"])
+        response = client.post("/profile/", {"time_zone": "Asia/Tokyo"})
+        assert response.status_code == 302
+        body = client.get("/").content.decode()
+        assert "rejects itself in 3 h" in body
+        assert "escalates to release-managers in 40 min" in body
+        assert " JST</time>" in body  # the viewer's zone, named
+        client.post("/profile/", {"time_zone": ""})
+        assert " UTC</time>" in client.get("/").content.decode()
+        bad = client.post("/profile/", {"time_zone": "Mars/Olympus"}, follow=True)
+        assert "Unknown time zone" in bad.content.decode()
+
+    def test_the_zone_follows_the_person_to_a_new_session(self, client, timed, people):
+        from workflows.models import Preference
+
+        Preference.objects.create(user=people["bob"], time_zone="Europe/Paris")
+        client.post("/login/", {"username": "bob", "password": "pw-bob"})
+        assert " CET</time>" in client.get("/").content.decode()
+
+    def test_an_escalated_gate_has_a_badge_and_managers_see_deadlines(self, client, timed,
+                                                                      people):
+        from datetime import timedelta
+
+        from django.contrib.auth.models import Permission
+
+        from workflows.models import Step
+
+        cab = Step.objects.get(run=timed, key="cab")
+        Step.objects.filter(pk=cab.pk).update(deadline_at=cab.deadline_at - timedelta(hours=1))
+        assert engine.expire_gate(cab.pk).kind == "gate_escalated"
+        qa = Step.objects.get(run=timed, key="qa")
+        Step.objects.filter(pk=qa.pk).update(deadline_at=qa.deadline_at - timedelta(hours=4))
+        as_user(client, people["dave"])  # a manager
+        assert client.get("/gates/due/").status_code == 403
+        people["dave"].user_permissions.add(
+            Permission.objects.get(codename="export_audit"))
+        body = client.get("/gates/due/").content.decode()
+        assert "<h2>qa <small>1 overdue" in body and "overdue by" in body
+        assert "<h2>release-managers <small>0 overdue · 0 due soon · 1 escalated" in body
+        assert "escalated from qa" in body
+        body = client.get(f"/runs/{timed.pk}/").content.decode()
+        assert "escalated from qa" in body and "overdue by" in body
+
+    def test_favicon_and_api_docs_link(self, client, people):
+        assert client.get("/favicon.ico").status_code == 301
+        as_user(client, people["bob"])
+        assert 'href="/api/docs"' in client.get("/profile/").content.decode()

@@ -32,7 +32,7 @@ def alive(pid: int) -> bool:
 def running_step(run, key="work") -> Step:
     return wait_for(lambda: Step.objects.filter(run=run, key=key, status="running",
                                                 child_pid__isnull=False).first(),
-                    20, 0.05, what=f"{key} to run its command")
+                    60, 0.05, what=f"{key} to run its command")
 
 
 def one_step(name, shell, **step):

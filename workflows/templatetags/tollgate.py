@@ -100,3 +100,15 @@ def htmx(context) -> str:
     htmx press are fragments meant for the page (the refusal shown where it happened)."""
     return format_html('<script src="{}" defer nonce="{}"></script>',
                        static("django_htmx/htmx-2.min.js"), context.get("csp_nonce", ""))
+
+
+@register.filter
+def countdown(due) -> str:
+    """A deadline in words: "rejects itself in 3 h", "overdue by 5 min: it rejects itself at
+    the next check". static/tollgate/countdown.js keeps the words true between updates."""
+    if not due:
+        return ""
+    left = due["left"]
+    if left >= 0:
+        return f"{due['then']} in {duration(left)}"
+    return f"overdue by {duration(-left)}: it {due['then']} at the next check"

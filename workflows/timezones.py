@@ -1,0 +1,53 @@
+"""Each person's pages in their own time zone: the preference is copied into the session at
+sign-in and when changed, and the middleware activates it per request (no query of its own)."""
+
+from __future__ import annotations
+
+import zoneinfo
+from functools import cache
+
+from django.contrib.auth.signals import user_logged_in
+from django.dispatch import receiver
+from django.utils import timezone
+
+SESSION_KEY = "tollgate_tz"
+
+
+@cache
+def choices() -> list[str]:
+    return sorted(zoneinfo.available_timezones())
+
+
+def remember(request, name: str) -> None:
+    """Use this time zone for the signed-in person's pages from now on ("" for the site's)."""
+    if name:
+        request.session[SESSION_KEY] = name
+    else:
+        request.session.pop(SESSION_KEY, None)
+
+
+@receiver(user_logged_in)
+def on_sign_in(sender, request, user, **kwargs):
+    from .models import Preference
+
+    if request is not None and hasattr(request, "session"):
+        remember(request, Preference.objects.filter(user=user)
+                 .values_list("time_zone", flat=True).first() or "")
+
+
+class ViewerTimeZone:
+    """Activate the viewer's time zone for the request (Django's own timezone machinery)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        name = request.session.get(SESSION_KEY) if hasattr(request, "session") else None
+        try:
+            timezone.activate(zoneinfo.ZoneInfo(name)) if name else timezone.deactivate()
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            timezone.deactivate()
+        try:
+            return self.get_response(request)
+        finally:
+            timezone.deactivate()
