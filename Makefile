@@ -16,11 +16,15 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Links in mail and webhooks point where this serves, unless TOLLGATE_BASE_URL says otherwise.
+run: export TOLLGATE_BASE_URL ?= http://$(HOST):$(PORT)
+run: export DEBUG ?= 1
 run: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py demo
-	@echo "Serving http://$(HOST):$(PORT)/ with one Huey consumer; Ctrl-C stops both."
-	DEBUG=$${DEBUG:-1} sh -c 'trap "kill 0" INT TERM; \
+	@echo "Serving $(TOLLGATE_BASE_URL)/ (port $(PORT)) with one Huey consumer; Ctrl-C stops both."
+	@echo "Mail is printed here and listed at $(TOLLGATE_BASE_URL)/dev/mail/."
+	sh -c 'trap "kill 0" INT TERM; \
 		$(BIN)/python manage.py run_huey & \
 		$(BIN)/python manage.py runserver $(HOST):$(PORT) --noreload & \
 		wait'

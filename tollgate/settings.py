@@ -206,7 +206,7 @@ X_FRAME_OPTIONS = "DENY"
 # Email: the console in development, SMTP in production (TOLLGATE_SMTP_* below).
 EMAIL_BACKEND_PATH = os.environ.get(
     "TOLLGATE_EMAIL_BACKEND",
-    "django.core.mail.backends.console.EmailBackend"
+    "workflows.mail.ReadableConsoleBackend"
     if DEBUG
     else "django.core.mail.backends.smtp.EmailBackend",
 )
@@ -291,12 +291,19 @@ TOLLGATE_WAKE_LIMIT = int(os.environ.get("TOLLGATE_WAKE_LIMIT", "32"))
 # tasks have their turn (it rings again if work remains).
 TOLLGATE_WORKER_BATCH_SECONDS = float(os.environ.get("TOLLGATE_WORKER_BATCH_SECONDS", "2"))
 
+# One line per event: the "huey" logger has our handler and does not propagate, so Huey's
+# consumer adds no handler of its own (it would print each line twice).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"line": {"format": "[%(asctime)s] %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "INFO"}},
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        "huey": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO"),
+                 "propagate": False},
+    },
 }
 # Seconds between SIGTERM and SIGKILL when a step's process group is stopped.
 TOLLGATE_KILL_GRACE_SECONDS = float(os.environ.get("TOLLGATE_KILL_GRACE_SECONDS", "5"))

@@ -18,5 +18,6 @@ urlpatterns = [
     path("runs/<int:pk>/audit/", views.run_audit, name="run_audit"),
     path("audit/", views.audit, name="audit"),
     path("gates/due/", views.gates_due, name="gates_due"),
+    path("dev/mail/", views.dev_mail, name="dev_mail"),
     path("runs/<int:pk>/steps/<str:key>/<str:action>/", views.step_action, name="step_action"),
 ]

@@ -473,6 +473,17 @@ def run_audit(request, pk: int):
 
 
 @require_GET
+def dev_mail(request):
+    """With DEBUG only: the mail Tollgate sent, newest first, links whole and clickable."""
+    from .models import Notification
+
+    if not settings.DEBUG:
+        raise Http404("The development mail page exists with DEBUG only.")
+    mails = Notification.objects.select_related("user").order_by("-created_at")[:100]
+    return render(request, "workflows/dev_mail.html", {"mails": mails})
+
+
+@require_GET
 def gates_due(request):
     """For managers (staff and export_audit, as the audit): per group, the gates overdue,
     due within a day, and escalated."""

@@ -31,7 +31,8 @@ class Command(BaseCommand):
             goals = self._goals(users)
         if not Run.objects.filter(idempotency_key__startswith="demo-").exists():
             self._runs(users, specs, goals)
-        self.stdout.write("Demo data is loaded. Sign in at http://127.0.0.1:8000/ as:")
+        where = settings.TOLLGATE_BASE_URL or "http://127.0.0.1:8000"
+        self.stdout.write(f"Demo data is loaded. Sign in at {where}/ as:")
         for name, (_, _, _, role) in USERS.items():
             self.stdout.write(f"  {name:<6} / {PASSWORD}   {role}")
 

@@ -1,0 +1,68 @@
+"""The development set-up a new user meets: `make run` on another port, readable mail with
+whole links, a page of the mail sent, one log line per event."""
+
+from __future__ import annotations
+
+import io
+import logging
+import logging.config
+import os
+import subprocess
+
+import pytest
+from django.core.mail import EmailMessage
+
+from workflows.mail import ReadableConsoleBackend
+from workflows.models import Notification
+
+pytestmark = pytest.mark.django_db
+
+
+def test_make_run_serves_and_links_on_the_port_it_is_given():
+    env = {k: v for k, v in os.environ.items() if k not in ("TOLLGATE_BASE_URL", "DEBUG")}
+    out = subprocess.run(["make", "-n", "run", "PORT=8101"], capture_output=True, text=True,
+                         check=True, env=env).stdout
+    assert "Serving http://127.0.0.1:8101/ (port 8101)" in out
+    assert "runserver 127.0.0.1:8101" in out
+
+
+def test_demo_prints_the_base_url(settings):
+    from django.core.management import call_command
+
+    settings.TOLLGATE_BASE_URL = "http://127.0.0.1:8101"
+    out = io.StringIO()
+    call_command("demo", stdout=out)
+    assert "Sign in at http://127.0.0.1:8101/ as:" in out.getvalue()
+
+
+def test_console_mail_keeps_each_link_whole_on_its_line():
+    link = "http://127.0.0.1:8101/decide/" + "a" * 120 + "/"
+    stream = io.StringIO()
+    ReadableConsoleBackend(stream=stream).send_messages([EmailMessage(
+        "Gate waiting: QA sign-off", f"Decide here:\n{link}\n", "tollgate@localhost",
+        ["bob@example.com"])])
+    text = stream.getvalue()
+    assert f"\n{link}\n" in text and "=\n" not in text
+    assert "Subject: Gate waiting: QA sign-off" in text and "To: bob@example.com" in text
+
+
+def test_the_mail_page_exists_with_debug_only(client, people, settings):
+    Notification.objects.create(user=people["bob"], key="k", event="gate_waiting",
+                                subject="Gate waiting", body="Decide: http://x.example/d/1/")
+    client.force_login(people["bob"])
+    settings.DEBUG = False
+    assert client.get("/dev/mail/").status_code == 404
+    settings.DEBUG = True
+    body = client.get("/dev/mail/").content.decode()
+    assert "Gate waiting" in body and '<a href="http://x.example/d/1/"' in body
+
+
+def test_a_huey_log_line_is_written_once(capsys):
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+    logger = logging.getLogger("huey.consumer")
+    assert logging.getLogger("huey").handlers  # so run_huey adds none of its own
+    logger.info("Enqueueing periodic task sweep")
+    err = capsys.readouterr().err
+    assert err.count("Enqueueing periodic task sweep") == 1
