@@ -125,16 +125,56 @@ def test_the_inbox_card_carries_the_evidence_and_approves_in_one_click(page, sho
     assert Approval.objects.get().user.username == "bob"
 
 
+# Words of a line of text that a layout split over two lines ("ATTE MPT"): real words only
+# (up to 24 letters), outside code and preformatted output, where long tokens may wrap.
+BROKEN_WORDS = """
+() => {
+  const broken = [];
+  const main = document.querySelector("main");
+  const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const node = walker.currentNode;
+    const parent = node.parentElement;
+    if (!parent || parent.closest("pre, code, svg, .sr-only") || !parent.offsetParent) continue;
+    const re = /[A-Za-z][A-Za-z'-]*/g;
+    let match;
+    while ((match = re.exec(node.data))) {
+      if (match[0].length < 2 || match[0].length > 24) continue;
+      const range = document.createRange();
+      range.setStart(node, match.index);
+      range.setEnd(node, match.index + match[0].length);
+      const tops = new Set([...range.getClientRects()].filter(r => r.width > 0)
+                                                      .map(r => Math.round(r.top)));
+      if (tops.size > 1) broken.push(match[0]);
+    }
+  }
+  return broken;
+}
+"""
+
+
 @pytest.mark.parametrize("width", [390, 1280])
-def test_no_page_overflows_its_width(browser, live_server, waiting_run, width):
-    """At phone width and desktop width, no page scrolls sideways and every button is on
-    screen."""
+def test_no_page_overflows_its_width_or_breaks_a_word(browser, live_server, waiting_run,
+                                                      people, width):
+    """At phone width and desktop width, no page scrolls sideways, every button is on screen,
+    and no word is broken inside; tables turn into labelled rows on a phone."""
+    from django.contrib.auth.models import Permission
+
+    people["bob"].user_permissions.add(Permission.objects.get(codename="export_audit"))
+    # Long words and a long unbroken token squeeze tables: words must stay whole anyway.
+    engine.open_run("ship", actor=people["alice"], goal=waiting_run.goal,
+                    title="Attempt reconciliation of " + "x" * 90 + " before Revoke",
+                    idempotency_key="k" * 120)
     context = browser.new_context(base_url=live_server.url,
                                   viewport={"width": width, "height": 800})
     page = context.new_page()
+    goal = waiting_run.goal
     try:
         login(page, "bob")
-        for url in ["/", f"/runs/{waiting_run.pk}/", "/runs/", "/goals/", "/specs/"]:
+        for url in ["/", f"/runs/{waiting_run.pk}/", "/runs/", "/goals/",
+                    f"/goals/{goal.pk}/", "/goals/progress/", f"/goals/{goal.pk}/progress/",
+                    "/specs/", "/specs/ship/start/", "/decisions/", "/profile/",
+                    "/gates/due/", "/audit/"]:
             page.goto(url)
             wide = page.evaluate("document.documentElement.scrollWidth")
             assert wide <= page.evaluate("window.innerWidth"), (url, width, wide)
@@ -142,8 +182,16 @@ def test_no_page_overflows_its_width(browser, live_server, waiting_run, width):
                 box = button.bounding_box()
                 if box:  # a button in a closed <details> has none
                     assert box["x"] >= 0 and box["x"] + box["width"] <= width + 1, (url, width)
+            assert page.evaluate(BROKEN_WORDS) == [], (url, width)
+        if width < 640:
+            page.goto("/runs/")
+            label = page.evaluate("getComputedStyle(document.querySelector("
+                                  "'table.stack td[data-label]'), '::before').content")
+            assert label == '"Run"'
         page.goto(f"/runs/{waiting_run.pk}/")
         page.screenshot(path=str(SCREENSHOTS / f"run-{width}px.png"), full_page=True)
+        page.goto("/goals/progress/")
+        page.screenshot(path=str(SCREENSHOTS / f"progress-{width}px.png"), full_page=True)
     finally:
         context.close()
 
