@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import csv
+import json
 
 # A text cell starting with one of these is read as a formula by spreadsheet programs.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def safe_cell(value):
-    """Text that a spreadsheet would evaluate gets a leading quote; numbers stay numbers."""
+    """Text that a spreadsheet would evaluate gets a leading quote; numbers stay numbers;
+    objects and lists (a gate form's values, evidence) are JSON, not Python's repr."""
+    if isinstance(value, dict | list):
+        value = json.dumps(value, sort_keys=True, default=str)
     if isinstance(value, str) and value.startswith(FORMULA_STARTS):
         return "'" + value
     return value

@@ -17,7 +17,7 @@ from .models import (
     WorkflowSpec,
 )
 from .permissions import can_change_specs
-from .specs import SpecError, masked, require_author, store_spec, validate_spec
+from .specs import SpecError, masked, require_author, spec_problems, store_spec, validate_spec
 
 
 class SpecForm(forms.ModelForm):
@@ -35,8 +35,12 @@ class SpecForm(forms.ModelForm):
         if not isinstance(definition, dict):
             raise forms.ValidationError(
                 {"definition": "A spec must be a JSON object with name and steps."})
+        spec = {**definition, "name": data.get("name") or self.instance.name}
+        problems = spec_problems(spec)
+        if problems:  # every problem at once, not only the first
+            raise forms.ValidationError({"definition": problems})
         try:
-            data["definition"] = validate_spec({**definition, "name": data.get("name")})
+            data["definition"] = validate_spec(spec)
             require_author(self.actor, data["definition"])
         except SpecError as exc:
             raise forms.ValidationError({"definition": str(exc)}) from None
@@ -67,13 +71,24 @@ class WorkflowSpecAdmin(admin.ModelAdmin):
         form.actor = request.user
         return form
 
+    # A version is never edited in place: with change rights, the change page edits a copy
+    # of its definition and saving stores it as the next version (store_spec); without
+    # them, the page is read-only and offers no Save.
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return []
-        return ["name", "version", "status", "description", "pretty_definition", "created_at"]
+        shown = ["name", "version", "status", "description", "created_at"]
+        return shown if self.has_change_permission(request, obj) else [
+            *shown, "pretty_definition"]
 
     def get_fields(self, request, obj=None):
-        return ["name", "definition"] if obj is None else self.get_readonly_fields(request, obj)
+        if obj is None:
+            return ["name", "definition"]
+        if self.has_change_permission(request, obj):
+            return [*self.get_readonly_fields(request, obj), "definition"]
+        return self.get_readonly_fields(request, obj)
+
+
 
     def get_object(self, request, object_id, from_field=None):
         obj = super().get_object(request, object_id, from_field)
@@ -94,6 +109,9 @@ class WorkflowSpecAdmin(admin.ModelAdmin):
         if not created:
             self.message_user(request, f"{spec} is unchanged; no new version stored.",
                               messages.WARNING)
+        elif change:
+            self.message_user(request, f"Saved as a new version, {spec}; runs keep the "
+                                       "version they started with.")
 
 
 class ReadOnlyInline(admin.TabularInline):

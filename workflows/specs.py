@@ -387,6 +387,25 @@ def validate_step(index: int, step) -> dict:
     return _validate_step(index, step)
 
 
+def spec_problems(data) -> list[str]:
+    """Every problem of a spec at once, for a form to show together: each step's own
+    (its first), then what only the whole spec shows (duplicates, dependencies, cycles).
+    Empty when the spec is valid."""
+    try:
+        validate_spec(data)
+        return []
+    except SpecError as exc:
+        first = str(exc)
+    steps = data.get("steps") if isinstance(data, dict) else None
+    problems = []
+    for index, step in enumerate(steps if isinstance(steps, list) else []):
+        try:
+            _validate_step(index, step)
+        except SpecError as exc:
+            problems.append(str(exc))
+    return problems if first in problems or not problems else [first, *problems]
+
+
 def _find_cycle(steps: list[dict]) -> str | None:
     graph = {s["key"]: s["depends_on"] for s in steps}
     state: dict[str, int] = {}  # 1 visiting, 2 done

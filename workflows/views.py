@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from tollgate.exports import csv_download
 from tollgate.query import MAX_ID, int_param
 
-from . import briefs, engine, links, selectors, timezones
+from . import briefs, engine, links, permissions, selectors, timezones
 from .forms import StartRunForm, gate_form, posted_values
 from .models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, StepStatus, WorkflowSpec
 from .permissions import (
@@ -147,11 +147,13 @@ def run_list(request):
                for key in names}
     goal = int_param(request.GET, "goal")
     filters["goal"] = "" if goal is None else str(goal)
-    days = {}
+    days, bad_days = {}, []
     for key in ("opened_from", "opened_to", "finished_from", "finished_to"):
         days[key] = selectors.parse_day(filters[key])
         if days[key] is None:
-            filters[key] = ""  # not a date: ignored, and not kept in the form
+            if filters[key]:
+                bad_days.append(f"{key.replace('_', ' ')} {filters[key]!r}")
+            filters[key] = ""  # not a date: ignored (said so), and not kept in the form
     runs = selectors.runs(status=filters["status"], spec=filters["spec"], goal=goal,
                           q=filters["q"], requester=filters["requester"], **days)
     runs = readable_runs(request.user, runs)
@@ -161,6 +163,7 @@ def run_list(request):
     query = urlencode({k: v for k, v in filters.items() if v})
     return render(request, "workflows/run_list.html", {
         "page": page, "filters": filters, "query": query, "statuses": RunStatus.choices,
+        "bad_days": bad_days,
         "spec_names": WorkflowSpec.objects.order_by("name").values_list("name", flat=True)
         .distinct(),
     })
@@ -355,7 +358,9 @@ def run_cancel(request, pk: int):
     if request.method == "GET":  # the confirmation page for browsers without JavaScript
         if not can_operate(request.user):
             return HttpResponseForbidden("Cancelling needs the operator permission.")
-        return render(request, "workflows/run_cancel.html", {"run": run})
+        children = Run.objects.filter(parent_step__run=run,
+                                      status__in=OPEN_RUN_STATUSES).exists()
+        return render(request, "workflows/run_cancel.html", {"run": run, "children": children})
     try:
         engine.cancel_run(run, actor=request.user,
                           reason=request.POST.get("reason", ""))
@@ -431,6 +436,9 @@ def spec_list(request):
 def start_run(request, name: str):
     """A form built from the spec's params; submitting opens the run page."""
     spec = get_object_or_404(WorkflowSpec, name=name, status="active")
+    if not permissions.has(request.user, permissions.START):
+        return HttpResponseForbidden("Starting runs needs the workflows.add_run permission; "
+                                     "ask an administrator.")
     params = spec.definition.get("params", [])
     form = StartRunForm(request.POST or None, params=params)
     error = ""
@@ -441,10 +449,13 @@ def start_run(request, name: str):
                 title=form.cleaned_data["title"], params=form.param_values(),
                 idempotency_key=form.cleaned_data["idempotency_key"])
         except engine.WorkflowError as exc:
-            error = str(exc)
+            placed = False
             for field, problem in getattr(exc, "errors", {}).items():
                 if f"param_{field}" in form.fields:
                     form.add_error(f"param_{field}", problem)
+                    placed = True
+            # Field problems show beside their fields; the banner only says so.
+            error = "Some values need fixing: see below." if placed else str(exc)
             status = exc.status_code
         else:
             if opened.reused:

@@ -47,3 +47,35 @@ def test_admin_spec_add_validates_with_engine_errors(admin_client):
         "name": "good", "definition": '{"steps": [{"key": "a", "run": {"command": ["ls"]}}]}'})
     assert response.status_code == 302
     assert WorkflowSpec.objects.get().version == 1
+
+
+def test_admin_spec_change_saves_a_new_version_and_lists_every_problem(admin_client,
+                                                                       release_spec):
+    import json
+
+    from workflows.models import WorkflowSpec
+
+    url = f"/admin/workflows/workflowspec/{release_spec.pk}/change/"
+    assert 'name="definition"' in admin_client.get(url).content.decode()
+    broken = {"steps": [{"key": "a", "run": {"command": "make"}},
+                        {"key": "b", "approval": {"required": 0}}]}
+    body = admin_client.post(url, {"definition": json.dumps(broken)}).content.decode()
+    assert "command must be a list" in body and "step &#x27;b&#x27; approval" in body
+    assert WorkflowSpec.objects.filter(name="release").count() == 1
+    changed = {**release_spec.definition, "description": "Build, sign off, deploy (v2)"}
+    response = admin_client.post(url, {"definition": json.dumps(changed)})
+    assert response.status_code == 302
+    assert WorkflowSpec.objects.get(name="release", status="active").version == 2
+    assert WorkflowSpec.objects.get(pk=release_spec.pk).status == "archived"
+
+
+def test_admin_spec_page_is_read_only_without_change_rights(client, release_spec, people):
+    from django.contrib.auth.models import Permission
+
+    viewer = people["dave"]
+    viewer.is_staff = True
+    viewer.save()
+    viewer.user_permissions.add(Permission.objects.get(codename="view_workflowspec"))
+    client.force_login(viewer)
+    body = client.get(f"/admin/workflows/workflowspec/{release_spec.pk}/change/").content.decode()
+    assert 'name="definition"' not in body and 'name="_save"' not in body

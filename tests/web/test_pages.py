@@ -505,8 +505,8 @@ class TestEvidenceOnTheCard:
         body = client.get("/").content.decode()
         assert "Check 3.0 on staging; see" in body
         assert 'href="https://ci.example/3.0"' in body and "&lt;b&gt;now&lt;/b&gt;" in body
-        assert "<b>1 of 2</b> approvals · bob approved" in body
-        assert "decide by" in body and "“Ship 3.0”" in body and "alice" in body
+        assert "<b>1 of 2</b> approvals · <bdi>bob</bdi> approved" in body
+        assert "decide by" in body and "“<bdi>Ship 3.0</bdi>”" in body and "alice" in body
         assert "line 8" in body and "Whole output" in body
         assert "<dt>artifact</dt><dd><bdi>a.tgz</bdi>" in body
         tail = body.split('<pre class="tail">')[1].split("</pre>")[0]
@@ -543,7 +543,8 @@ class TestLiveInbox:
         engine.approve(waiting, "qa", user=people["bob"])  # bob decides elsewhere: 1 of 2
         body = client.get("/", {"poll": 1, "have": have}, **HTMX).content.decode()
         # Only the quorum line is swapped: the card, and what carol types in it, stay.
-        assert f'id="quorum-{gate.pk}" hx-swap-oob="true"' in body and "bob approved" in body
+        assert f'id="quorum-{gate.pk}" hx-swap-oob="true"' in body
+        assert "<bdi>bob</bdi> approved" in body
         assert 'name="comment"' not in body and "<html" not in body
         assert 'id="inbox-count" hx-swap-oob="true">1<' in body
         other = engine.open_run(release_spec, actor=people["alice"]).run
@@ -751,3 +752,50 @@ class TestDeadlinesPeopleCanRead:
         assert client.get("/favicon.ico").status_code == 301
         as_user(client, people["bob"])
         assert 'href="/api/docs"' in client.get("/profile/").content.decode()
+
+
+class TestTheSmallerThings:
+    def test_a_closed_run_offers_no_cancel_and_the_dialog_asks_why(self, client, waiting,
+                                                                   people):
+        as_user(client, people["alice"])
+        page = client.get(f"/runs/{waiting.pk}/cancel/").content.decode()
+        assert 'name="reason"' in page and "Yes, cancel the run" in page
+        assert "hx-confirm" not in client.get(f"/runs/{waiting.pk}/").content.decode()
+        engine.cancel_run(waiting, actor=people["alice"], reason="dropped")
+        page = client.get(f"/runs/{waiting.pk}/cancel/").content.decode()
+        assert "nothing left to cancel" in page and "Yes, cancel" not in page
+        assert "Cancel run…" not in client.get(f"/runs/{waiting.pk}/").content.decode()
+
+    def test_no_start_form_for_someone_who_cannot_start(self, client, release_spec, people):
+        as_user(client, people["dave"])  # a manager: reads, starts nothing
+        assert client.get("/specs/release/start/").status_code == 403
+        assert "Start run" not in client.get("/specs/").content.decode()
+
+    def test_a_bad_date_in_the_search_is_said(self, client, people):
+        as_user(client, people["bob"])
+        body = client.get("/runs/", {"opened_from": "2026-13-45"}).content.decode()
+        assert "Not a date (YYYY-MM-DD), so not used: opened from &#x27;2026-13-45&#x27;" in body
+
+    def test_the_audit_csv_holds_form_values_as_json(self, client, people):
+        from tollgate.exports import safe_cell
+
+        assert safe_cell({"rollout": "canary", "ok": True}) == '{"ok": true, "rollout": "canary"}'
+        assert safe_cell("=1+1") == "'=1+1"
+
+    def test_names_comments_and_values_are_isolated_and_booleans_are_words(self, client,
+                                                                           waiting, people):
+        spoof = "\u202eevil"
+        engine.approve(waiting, "qa", user=people["bob"], comment=f"ok {spoof}")
+        as_user(client, people["carol"])
+        body = client.get(f"/runs/{waiting.pk}/").content.decode()
+        assert f"“<bdi>ok {spoof}</bdi>”" in body and "<bdi>bob</bdi>" in body
+        from workflows.templatetags.tollgate import human
+
+        assert (human(True), human(False), human({"a": 1})) == ("yes", "no", '{"a": 1}')
+
+    def test_the_chart_and_the_table_round_a_latency_alike(self):
+        from django.template.loader import render_to_string
+
+        chart = render_to_string("goals/_bars.html", {
+            "bars": [{"label": "qa", "value": 237.3, "width": 100}], "durations": True})
+        assert "3 min" in chart and "237.3" not in chart

@@ -116,7 +116,7 @@ class TestStartPage:
                               "dry_run": False}
         assert run.title == "Ship 1.4" and run.requested_by == people["alice"]
         page = client.get(response["Location"]).content.decode()
-        assert "<dt>rollout</dt><dd>full</dd>" in page
+        assert "<dt>rollout</dt><dd><bdi>full</bdi></dd>" in page
         again = client.post("/specs/deploy/start/", {
             "param_version": "1.4", "param_rollout": "full", "param_replicas": "5",
             "title": "Ship 1.4", "idempotency_key": "ship-1.4"})

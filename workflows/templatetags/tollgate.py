@@ -112,3 +112,13 @@ def countdown(due) -> str:
     if left >= 0:
         return f"{due['then']} in {duration(left)}"
     return f"overdue by {duration(-left)}: it {due['then']} at the next check"
+
+
+@register.filter
+def human(value) -> str:
+    """A value as a person reads it: yes/no for booleans, JSON for objects and lists."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True, default=str)
+    return "" if value is None else str(value)
