@@ -268,3 +268,38 @@ def test_bulk_approve_from_the_inbox(page, shoot, waiting_run, people):
     page.wait_for_selector("text=Nothing waits on you.")
     assert Approval.objects.filter(comment="both green").count() == 2
     assert page.text_content("#inbox-count") == "0"
+
+
+def test_the_card_holds_the_decision_with_deadline_words(page, shoot, people):
+    """Params, the values upstream steps wrote, what approving and rejecting do, and the
+    deadline in the viewer's zone with its consequence, counting down."""
+    from workflows.models import Preference
+
+    store_spec({"name": "deploy", "description": "Deploy a release",
+                "params": [{"name": "version", "type": "string"},
+                           {"name": "rollout", "type": "choice",
+                            "options": ["full", "canary"]}],
+                "steps": [
+                    {"key": "build", "title": "Build", "run": {"command": ["true"]},
+                     "compensation": {"command": ["true"]}},
+                    {"key": "review", "title": "Code review", "depends_on": ["build"]},
+                    {"key": "qa", "title": "QA sign-off", "depends_on": ["review"],
+                     "description": "Check **{{ params.version }}** on staging first.",
+                     "approval": {"group": "qa", "timeout_seconds": 3 * 3600 + 120}},
+                    {"key": "ship", "title": "Deploy", "depends_on": ["qa"],
+                     "run": {"command": ["true"]}}]})
+    Preference.objects.create(user=people["bob"], time_zone="Europe/Paris")
+    run = engine.open_run("deploy", actor=people["alice"], title="Release 2.2.0",
+                          params={"version": "2.2.0", "rollout": "full"}).run
+    work(run, "build", summary="built in 41 s")
+    engine.record_transition(run, "review", actor=people["alice"], step_status="completed",
+                             state_patch={"verdict": "ok", "score": 0.97})
+    login(page, "bob")
+    card = f"#gate-{run.steps.get(key='qa').pk}"
+    text = page.inner_text(card)
+    assert "2.2.0" in text and "verdict" in text and "0.97" in text
+    assert "Approving starts: Deploy" in text
+    assert "Rejecting fails the run and runs the compensations of Build" in text
+    assert "rejects itself in 3 h" in text and ("CET" in text or "CEST" in text)
+    assert page.inner_text(f"{card} .instructions strong") == "2.2.0"
+    shoot("inbox-card")
