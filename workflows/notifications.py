@@ -28,8 +28,8 @@ def messages_for(checkpoint: Checkpoint, event: str, step_key: str):
             # A link signed for this person, this gate and this attempt (see links.py).
             yield user, f"[Tollgate] {step.title} {verb} {step.approval_group}: {run}", (
                 f"{step.title} of run {run} {verb} the {step.approval_group} group.\n"
-                f"Decide it, with its evidence, at {links.decision_url(user, step)}\n"
-                f"The run: {link}\n")
+                f"Decide it, with its evidence, at:\n{links.decision_url(user, step)}\n\n"
+                f"The run:\n{link}\n")
         if event == "gate_escalated" and requester:
             yield requester, f"[Tollgate] {step.title} escalated: {run}", (
                 f"No decision came in time; {step.title} now waits on {step.approval_group}.\n"

@@ -82,3 +82,39 @@ def test_a_decision_link_opens_the_gate_after_sign_in(page, shoot, waiting, peop
     page.wait_for_selector(".decided >> text=You approved QA sign-off")
     page.goto(link)
     page.wait_for_selector("[role=alert] >> text=no longer works")
+
+
+def test_the_mailed_link_in_development_opens_the_gate_on_the_port_served(
+        page, people, settings, live_server):
+    """As `make run PORT=…` sets it up: links on the served address, mail printed readably,
+    the link whole on its line; following it reaches the gate."""
+    import io
+    import re
+
+    from django.core import mail
+
+    from workflows import outbox
+    from workflows.mail import ReadableConsoleBackend
+    from workflows.models import OutboxMessage
+
+    settings.TOLLGATE_BASE_URL = live_server.url
+    settings.TOLLGATE_NOTIFY = True
+    store_spec(ROLLOUT)
+    run = engine.open_run("rollout", actor=people["alice"], title="Rollout 3.2").run
+    work(run, "build", summary="ok")
+    for pk in OutboxMessage.objects.filter(done_at__isnull=True).values_list("pk", flat=True):
+        outbox.deliver(pk)
+    found = [m for m in mail.outbox if "carol@example.com" in m.to]
+    assert found, (list(OutboxMessage.objects.values("job", "events", "done_at", "last_error")),
+                   [m.to for m in mail.outbox])
+    [message] = found
+    printed = io.StringIO()
+    ReadableConsoleBackend(stream=printed).send_messages([message])
+    [link] = re.findall(rf"^{re.escape(live_server.url)}/decide/\S+$", printed.getvalue(),
+                        re.MULTILINE)
+    page.goto(link)
+    page.fill("input[name=username]", "carol")
+    page.fill("input[name=password]", "pw-carol")
+    page.click("button:has-text('Sign in')")
+    gate = run.steps.get(key="qa")
+    page.wait_for_selector(f"#gate-{gate.pk} >> text=Check the canary dashboard")

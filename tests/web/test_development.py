@@ -66,3 +66,30 @@ def test_a_huey_log_line_is_written_once(capsys):
     logger.info("Enqueueing periodic task sweep")
     err = capsys.readouterr().err
     assert err.count("Enqueueing periodic task sweep") == 1
+
+
+def test_the_readme_api_walk_through_works_against_the_demo_data(db):
+    """The README's curl lines, in order, on a fresh demo."""
+    import json
+
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+    from django.test import Client
+
+    from workflows.models import ApiToken
+
+    call_command("demo", stdout=io.StringIO())
+    _, token = ApiToken.objects.issue(User.objects.get(username="alice"), "release-bot")
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+    started = api.post("/api/runs", {"spec": "data-release",
+                                     "idempotency_key": "nightly-2026-12-03"},
+                       content_type="application/json")
+    assert started.status_code == 201, started.json()
+    run = started.json()["id"]
+    resume = api.get(f"/api/runs/{run}/resume").json()
+    assert resume["next_step"] == "snapshot" and resume["can_resume"] is True
+    reported = api.post(f"/api/runs/{run}/transition", json.dumps({
+        "step": "snapshot", "step_status": "completed", "summary": "snapshot of 3 Dec ready",
+        "state_patch": {"snapshot": "2026-12-03"}}), content_type="application/json")
+    assert reported.status_code == 200 and reported.json()["run"]["shared_state"] == {
+        "snapshot": "2026-12-03"}
