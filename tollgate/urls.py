@@ -26,6 +26,26 @@ urlpatterns.append(path("healthz", healthz, name="healthz"))
 
 
 @login_not_required
+def readyz(request):
+    """Readiness for load balancers: 200 when the database and the queue answer, else 503
+    naming what failed. (/healthz stays the cheap liveness check.)"""
+    import json
+
+    from workflows.operations import readiness
+
+    checks = readiness()
+    ready = all(value == "ok" for value in checks.values())
+    response = HttpResponse(json.dumps({"ready": ready, "checks": checks}),
+                            content_type="application/json", status=200 if ready else 503)
+    if not ready:
+        response["Retry-After"] = "5"
+    return response
+
+
+urlpatterns.append(path("readyz", readyz, name="readyz"))
+
+
+@login_not_required
 def favicon(request):
     """Browsers ask for /favicon.ico on every site: the icon, not a 404."""
     from django.shortcuts import redirect

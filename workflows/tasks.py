@@ -12,7 +12,7 @@ from django.conf import settings
 from huey.consumer import Scheduler
 from huey.contrib.djhuey import db_periodic_task, db_task, on_startup, task
 
-from . import dispatch, sweeper, worker
+from . import dispatch, presence, sweeper, worker
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +30,13 @@ def every_tick(_now) -> bool:
 
 @on_startup()
 def record_orphans() -> None:
-    """A consumer starting on a machine records what one that died there had finished."""
+    """A consumer starting on a machine records what one that died there had finished, and
+    starts reporting itself (the workers page)."""
     from django.db import close_old_connections
 
+    from . import presence
+
+    presence.start()
     try:
         recorded = worker.record_orphans(force=True)
         if recorded:
@@ -59,7 +63,8 @@ def compensate_run(run_id: int) -> None:
 # The periodic tasks go before doorbells: a flood of work must not delay the sweeper.
 @db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
 def sweep() -> dict:
-    report = sweeper.sweep()
+    with presence.periodic("sweep"):
+        report = sweeper.sweep()
     return {"expired": report.expired, "rerung": report.rerung}
 
 
@@ -67,7 +72,8 @@ def sweep() -> dict:
 def start_scheduled_runs() -> dict:
     from . import schedules
 
-    report = schedules.tick()
+    with presence.periodic("start_scheduled_runs"):
+        report = schedules.tick()
     return {"started": report.started, "skipped": report.skipped, "missed": report.missed}
 
 
@@ -75,7 +81,8 @@ def start_scheduled_runs() -> dict:
 def apply_gate_deadlines() -> int:
     from . import deadlines
 
-    return deadlines.apply()
+    with presence.periodic("apply_gate_deadlines"):
+        return deadlines.apply()
 
 
 @db_task()
@@ -91,9 +98,10 @@ def ring_due_outbox() -> int:
     """Ring again for outbox messages whose doorbell was lost or whose retry is due."""
     from . import dispatch, outbox
 
-    due = outbox.due_to_ring()
-    for message_id in due:
-        dispatch.deliver_outbox(message_id)
+    with presence.periodic("ring_due_outbox"):
+        due = outbox.due_to_ring()
+        for message_id in due:
+            dispatch.deliver_outbox(message_id)
     return len(due)
 
 
@@ -116,9 +124,10 @@ def deliver_due_webhooks() -> int:
     marked rung by whoever takes it: one pending doorbell per delivery)."""
     from . import dispatch, webhooks
 
-    due = webhooks.due_to_ring()
-    for delivery_id in due:
-        dispatch.deliver_webhook(delivery_id)
+    with presence.periodic("deliver_due_webhooks"):
+        due = webhooks.due_to_ring()
+        for delivery_id in due:
+            dispatch.deliver_webhook(delivery_id)
     return len(due)
 
 

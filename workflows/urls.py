@@ -19,5 +19,6 @@ urlpatterns = [
     path("audit/", views.audit, name="audit"),
     path("gates/due/", views.gates_due, name="gates_due"),
     path("dev/mail/", views.dev_mail, name="dev_mail"),
+    path("workers/", views.workers, name="workers"),
     path("runs/<int:pk>/steps/<str:key>/<str:action>/", views.step_action, name="step_action"),
 ]

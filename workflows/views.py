@@ -484,6 +484,20 @@ def run_audit(request, pk: int):
 
 
 @require_GET
+def workers(request):
+    """Operators: every consumer seen, alive, gone or silent, what each holds; the periodic
+    tasks' last runs; a warning when no sweep has run for three periods."""
+    from . import operations, presence
+
+    if not (can_operate(request.user) or request.user.is_staff):
+        return HttpResponseForbidden("The workers page is for operators.")
+    now = timezone.now()
+    return render(request, "workflows/workers.html", {
+        "workers": operations.workers(now), "periodic": operations.periodic_runs(),
+        "sweeper_late": presence.sweeper_late(now), "window": "day"})
+
+
+@require_GET
 def dev_mail(request):
     """With DEBUG only: the mail Tollgate sent, newest first, links whole and clickable."""
     from .models import Notification

@@ -1,0 +1,93 @@
+"""Operating Tollgate: the workers page and API with live, killed and frozen consumers, the
+periodic tasks' last runs, and /readyz with the database or the queue away."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from django.test import Client
+
+from tests.api.conftest import Api
+from workflows import engine, presence
+from workflows.models import PeriodicRun, Step, Worker
+from workflows.specs import store_spec
+
+from .consumers import wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+@pytest.mark.consumer
+def test_the_workers_page_shows_live_killed_and_frozen_consumers(consumers, settings, people,
+                                                                  tmp_path):
+    settings.TOLLGATE_SWEEP_SECONDS = 1
+    store_spec({"name": "hold", "steps": [{"key": "work", "run": {"shell": "sleep 30"}}]})
+    live, killed, frozen = (consumers(workers=1), consumers(workers=1), consumers(workers=1))
+    run = engine.open_run("hold").run
+    wait_for(lambda: Worker.objects.count() >= 3, 60, what="three consumers to report")
+    step = wait_for(lambda: Step.objects.filter(run=run, status="running",
+                                                child_pid__isnull=False).first(),
+                    60, what="a consumer to hold the step")
+
+    def holder_of_step():
+        return next((w for w in Worker.objects.all() if f"step:{step.pk}" in w.holds), None)
+
+    holder = wait_for(holder_of_step, 30, what="its holder to report the step")
+    others = [c for c in (live, killed, frozen) if c.pid != holder.pid]
+    others[0].kill()
+    os.kill(others[1].pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: {w.pid: presence.state(w) for w in Worker.objects.all()}.get(
+            others[1].pid) == "silent", 30, what="the frozen consumer to fall silent")
+        states = {w.pid: presence.state(w) for w in Worker.objects.all()}
+        assert states[others[0].pid] == "gone" and states[holder.pid] == "alive"
+        client = Client()
+        client.force_login(people["alice"])  # an operator
+        body = client.get("/workers/").content.decode()
+        assert f"run {run.pk} work" in body and "silent" in body and "gone" in body
+        assert "sweep" in body  # the periodic tasks' last runs
+        data = Api(people["alice"]).get("/api/workers").json()
+        mine = next(w for w in data["workers"] if w["pid"] == holder.pid)
+        assert mine["state"] == "alive" and mine["holds"] == [
+            {"kind": "step", "id": step.pk, "run": run.pk, "step": "work"}]
+        assert Api(people["bob"]).get("/api/workers").status_code == 403
+    finally:
+        os.kill(others[1].pid, signal.SIGCONT)
+        engine.cancel_run(run)
+
+
+def test_a_late_sweeper_is_warned_about(settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    assert "No sweep has run yet" in presence.sweeper_late()
+    with presence.periodic("sweep"):
+        pass
+    assert presence.sweeper_late() == ""
+    PeriodicRun.objects.filter(name="sweep").update(
+        last_finished=timezone.now() - timedelta(seconds=10 * settings.TOLLGATE_SWEEP_SECONDS))
+    assert "No sweep has run since" in presence.sweeper_late()
+    with pytest.raises(RuntimeError), presence.periodic("sweep"):
+        raise RuntimeError("boom")
+    assert PeriodicRun.objects.get(name="sweep").last_error == "RuntimeError: boom"
+    assert PeriodicRun.objects.get(name="sweep").runs == 2
+
+
+def test_readyz_answers_503_when_the_database_or_the_queue_is_away(monkeypatch):
+    client = Client()
+    ready = client.get("/readyz")
+    assert ready.status_code == 200 and ready.json() == {
+        "ready": True, "checks": {"database": "ok", "queue": "ok"}}
+    from huey.contrib.djhuey import HUEY
+
+    def away(*args, **kwargs):
+        raise ConnectionError("queue away")
+
+    monkeypatch.setattr(HUEY, "pending_count", away)
+    response = client.get("/readyz")
+    assert response.status_code == 503 and response.json()["checks"]["queue"].startswith(
+        "ConnectionError")
+    assert client.get("/healthz").status_code == 200

@@ -1,0 +1,65 @@
+"""What the people running Tollgate look at: the workers seen, the periodic tasks, and
+whether this instance is ready (database and queue answer)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from .models import Compensation, PeriodicRun, Step, Worker
+from .presence import state
+
+WINDOW = timedelta(days=1)  # workers not seen for a day are left off the page
+
+
+def workers(now) -> list[Worker]:
+    """The consumers seen lately, each with its `state` and what it holds (`held`)."""
+    found = list(Worker.objects.filter(last_seen__gte=now - WINDOW).order_by(
+        "-last_seen")[:500])
+    wanted: dict[str, set[int]] = {"step": set(), "compensation": set()}
+    for worker in found:
+        worker.state = state(worker, now)
+        worker.held = []
+        for item in worker.holds or []:
+            kind, _, pk = str(item).partition(":")
+            if kind in wanted and pk.isdigit():
+                wanted[kind].add(int(pk))
+                worker.held.append({"kind": kind, "id": int(pk)})
+    where = {("step", pk): (run, key) for pk, run, key in Step.objects.filter(
+        pk__in=wanted["step"]).values_list("pk", "run_id", "key")}
+    where |= {("compensation", pk): (run, key) for pk, run, key in
+              Compensation.objects.filter(pk__in=wanted["compensation"]).values_list(
+                  "pk", "run_id", "step__key")}
+    for worker in found:
+        for held in worker.held:
+            run, key = where.get((held["kind"], held["id"]), (None, ""))
+            held.update(run=run, step=key,
+                        label=f"run {run} {key}" + (" (undo)" if held["kind"] ==
+                                                     "compensation" else "")
+                        if run else f"{held['kind']} {held['id']}",
+                        url=f"/runs/{run}/#step-{key}" if run else "")
+    return found
+
+
+def periodic_runs() -> list[PeriodicRun]:
+    return list(PeriodicRun.objects.order_by("name"))
+
+
+def readiness() -> dict[str, str]:
+    """{check: "ok" or what failed} for the database and the queue."""
+    from django.db import connection
+    from huey.contrib.djhuey import HUEY
+
+    checks = {}
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        checks["database"] = "ok"
+    except Exception as exc:
+        checks["database"] = f"{type(exc).__name__}: {exc}"[:300]
+        connection.close()
+    try:
+        HUEY.pending_count()
+        checks["queue"] = "ok"
+    except Exception as exc:
+        checks["queue"] = f"{type(exc).__name__}: {exc}"[:300]
+    return checks
