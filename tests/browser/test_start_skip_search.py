@@ -45,7 +45,7 @@ def test_start_a_run_with_params(page, shoot, deploy):
     assert run.params == {"version": "2.1", "rollout": "full", "dry_run": True}
     shown = page.eval_on_selector_all(".params dt, .params dd", "els => els.map(e => "
                                       "e.textContent)")
-    assert shown == ["version", "2.1", "rollout", "full", "dry_run", "True"]
+    assert shown == ["version", "2.1", "rollout", "full", "dry_run", "yes"]
 
 
 def test_a_missing_required_param_is_shown_beside_it(page, deploy):

@@ -170,7 +170,8 @@ class TestForms:
         engine.approve(gate, "qa", user=people["bob"], values={"rollout": "full"})
         client = Client()
         client.force_login(people["bob"])
-        assert "<dt>rollout</dt><dd>full</dd>" in client.get("/decisions/").content.decode()
+        page = client.get("/decisions/").content.decode()
+        assert "<dt>rollout</dt><dd><bdi>full</bdi></dd>" in page
         audit = client.get(f"/runs/{gate.pk}/audit/").content
         assert json.loads(audit)["decisions"][0]["values"]["rollout"] == "full"
 
