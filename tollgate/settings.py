@@ -86,6 +86,8 @@ MIDDLEWARE = [
 # Login throttling by django-axes: failed sign-ins are counted in the database, so the limit
 # holds across every web process, and the admin's login is covered too. A username is locked
 # for AXES_COOLOFF_TIME after AXES_FAILURE_LIMIT failures from one address.
+# No "AXES: BEGIN version …" banner on every command and process start.
+AXES_VERBOSE = False
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
@@ -293,16 +295,26 @@ TOLLGATE_WORKER_BATCH_SECONDS = float(os.environ.get("TOLLGATE_WORKER_BATCH_SECO
 
 # One line per event: the "huey" logger has our handler and does not propagate, so Huey's
 # consumer adds no handler of its own (it would print each line twice).
+# TOLLGATE_LOG_FORMAT=json writes one JSON object per line (for a log pipeline); either way a
+# line written while a step is worked on names its run, step and attempt.
+LOG_FORMAT = os.environ.get("TOLLGATE_LOG_FORMAT", "text")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"line": {"format": "[%(asctime)s] %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
+    "filters": {"context": {"()": "tollgate.logs.Context"}},
+    "formatters": {
+        "text": {"format": "[%(asctime)s] %(levelname)s %(name)s%(where)s: %(message)s"},
+        "json": {"()": "tollgate.logs.Json"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["context"],
+                             "formatter": "json" if LOG_FORMAT == "json" else "text"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "INFO"},
         "huey": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO"),
                  "propagate": False},
+        # Sign-ins and lockouts at INFO are django-axes' own chatter; warnings still show.
+        "axes": {"level": "WARNING"},
     },
 }
 # Seconds between SIGTERM and SIGKILL when a step's process group is stopped.

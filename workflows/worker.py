@@ -21,7 +21,7 @@ from functools import partial
 from django.conf import settings
 from django.db import DatabaseError, connection
 
-from tollgate import dbfaults
+from tollgate import dbfaults, logs
 
 from . import dispatch, engine, processes, spool
 from .engine import compensations
@@ -237,6 +237,11 @@ def _execute(step: Step, owner: str, deadline: float) -> list[str]:
 
 
 def _execute_one(step: Step, owner: str, chain: bool = True):
+    with logs.about(run=step.run_id, step=step.key, attempt=step.attempt):
+        return _execute_attempt(step, owner, chain)
+
+
+def _execute_attempt(step: Step, owner: str, chain: bool):
     token = step.lease_token
     context = {"run_id": step.run_id, "step_key": step.key, "attempt": step.attempt,
                "params": step.run.params, "lease": {"kind": "step", "id": step.pk,
@@ -396,7 +401,9 @@ def compensate_run(run_id: int) -> list[str]:
                        "params": row.run.params, "compensating": True,
                        "lease": {"kind": "compensation", "id": row.pk,
                                  "token": row.lease_token}}
-            outcome = _attempt(row.step.compensation, context, row.run.shared_state, stop)
+            with logs.about(run=run_id, step=row.step.key, attempt=row.attempt,
+                            compensation=row.pk):
+                outcome = _attempt(row.step.compensation, context, row.run.shared_state, stop)
             _keeping(outcome, partial(report, partial(
                 compensations.finish, row.pk, row.lease_token, ok=outcome.ok,
                 summary=outcome.summary, evidence=outcome.evidence),

@@ -8,6 +8,7 @@ import logging
 import logging.config
 import os
 import subprocess
+import sys
 
 import pytest
 from django.core.mail import EmailMessage
@@ -93,3 +94,31 @@ def test_the_readme_api_walk_through_works_against_the_demo_data(db):
         "state_patch": {"snapshot": "2026-12-03"}}), content_type="application/json")
     assert reported.status_code == 200 and reported.json()["run"]["shared_state"] == {
         "snapshot": "2026-12-03"}
+
+
+def test_log_lines_name_the_run_step_and_attempt_and_can_be_json(capsys, settings):
+    import json
+
+    from tollgate import logs
+
+    config = {**settings.LOGGING}
+    logging.config.dictConfig(config)
+    log = logging.getLogger("workflows.worker")
+    with logs.about(run=7, step="build", attempt=2):
+        log.warning("Attempt failed in the worker")
+    assert "[run 7 step build attempt 2]: Attempt failed" in capsys.readouterr().err
+    config["handlers"] = {"console": {**config["handlers"]["console"], "formatter": "json"}}
+    logging.config.dictConfig(config)
+    with logs.about(run=7, step="build", attempt=2):
+        log.warning("Attempt failed in the worker")
+    line = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert line["run"] == 7 and line["step"] == "build" and line["attempt"] == 2
+    assert line["message"] == "Attempt failed in the worker" and line["level"] == "WARNING"
+    logging.config.dictConfig(settings.LOGGING)
+
+
+def test_commands_start_without_the_axes_banner():
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    done = subprocess.run([sys.executable, "manage.py", "check"], capture_output=True,
+                          text=True, env=env, check=True)
+    assert "AXES: BEGIN" not in done.stdout + done.stderr
