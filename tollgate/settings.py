@@ -261,6 +261,14 @@ if TOLLGATE_RUN_VISIBILITY not in ("all", "involved"):
 TOLLGATE_MAX_STEPS_PER_RUN = int(os.environ.get("TOLLGATE_MAX_STEPS_PER_RUN", "1000"))
 # Runs inside runs nest at most this deep (a spec cycle through `workflow` steps ends here).
 TOLLGATE_MAX_RUN_DEPTH = int(os.environ.get("TOLLGATE_MAX_RUN_DEPTH", "5"))
+# Retention, in days: older records that only explain the past are pruned hourly (runs
+# themselves only by manage.py prune_runs, which exports them first).
+TOLLGATE_KEEP_DELIVERIES_DAYS = float(os.environ.get("TOLLGATE_KEEP_DELIVERIES_DAYS", "30"))
+TOLLGATE_KEEP_NOTIFICATIONS_DAYS = float(os.environ.get("TOLLGATE_KEEP_NOTIFICATIONS_DAYS",
+                                                        "90"))
+TOLLGATE_KEEP_SCHEDULE_FIRES_DAYS = float(os.environ.get("TOLLGATE_KEEP_SCHEDULE_FIRES_DAYS",
+                                                         "90"))
+TOLLGATE_KEEP_OUTBOX_DAYS = float(os.environ.get("TOLLGATE_KEEP_OUTBOX_DAYS", "7"))
 TOLLGATE_CALLABLES = env_list("TOLLGATE_CALLABLES", "workflows.callables.*")
 # Extra environment variable names whose values are redacted from stored output.
 TOLLGATE_REDACT_ENV = env_list("TOLLGATE_REDACT_ENV")

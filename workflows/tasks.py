@@ -1,7 +1,7 @@
 """Huey tasks: thin doorbells over the worker and sweeper functions.
 
-Doorbell tasks return nothing: nobody reads their results, and Huey would keep each one in
-its result store for good. What they did is logged, and recorded in the database.
+Tasks return nothing (periodic ones too): nobody reads their results, and Huey would keep
+each in its result store for good. What they did is logged, and recorded in the database.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
+from huey import crontab
 from huey.consumer import Scheduler
 from huey.contrib.djhuey import db_periodic_task, db_task, on_startup, task
 
@@ -62,27 +63,31 @@ def compensate_run(run_id: int) -> None:
 
 # The periodic tasks go before doorbells: a flood of work must not delay the sweeper.
 @db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
-def sweep() -> dict:
+def sweep() -> None:
     with presence.periodic("sweep"):
         report = sweeper.sweep()
-    return {"expired": report.expired, "rerung": report.rerung}
+    if report.expired or report.rerung:
+        log.info("sweep: %s lease(s) reclaimed, %s run(s) rung again", report.expired,
+                 report.rerung)
 
 
 @db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
-def start_scheduled_runs() -> dict:
+def start_scheduled_runs() -> None:
     from . import schedules
 
     with presence.periodic("start_scheduled_runs"):
         report = schedules.tick()
-    return {"started": report.started, "skipped": report.skipped, "missed": report.missed}
+    if report.started or report.skipped or report.missed:
+        log.info("schedules: started %s, skipped %s, missed %s", report.started,
+                 report.skipped, report.missed)
 
 
 @db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
-def apply_gate_deadlines() -> int:
+def apply_gate_deadlines() -> None:
     from . import deadlines
 
     with presence.periodic("apply_gate_deadlines"):
-        return deadlines.apply()
+        deadlines.apply()
 
 
 @db_task()
@@ -94,7 +99,7 @@ def deliver_outbox(message_id: int) -> None:
 
 
 @db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
-def ring_due_outbox() -> int:
+def ring_due_outbox() -> None:
     """Ring again for outbox messages whose doorbell was lost or whose retry is due."""
     from . import dispatch, outbox
 
@@ -102,7 +107,6 @@ def ring_due_outbox() -> int:
         due = outbox.due_to_ring()
         for message_id in due:
             dispatch.deliver_outbox(message_id)
-    return len(due)
 
 
 @db_task()
@@ -119,7 +123,7 @@ def deliver_webhook(delivery_id: int) -> None:
 
 
 @db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
-def deliver_due_webhooks() -> int:
+def deliver_due_webhooks() -> None:
     """Ring again for deliveries whose attempt is due and whose doorbell was lost (each
     marked rung by whoever takes it: one pending doorbell per delivery)."""
     from . import dispatch, webhooks
@@ -128,7 +132,17 @@ def deliver_due_webhooks() -> int:
         due = webhooks.due_to_ring()
         for delivery_id in due:
             dispatch.deliver_webhook(delivery_id)
-    return len(due)
+
+
+@db_periodic_task(crontab(minute="17"), priority=PERIODIC_PRIORITY)
+def prune_old_records() -> None:
+    """Hourly: delete the records past their retention (TOLLGATE_KEEP_*_DAYS)."""
+    from . import retention
+
+    with presence.periodic("prune_old_records"):
+        pruned = retention.prune_records()
+    if any(pruned.values()):
+        log.info("pruned %s", pruned)
 
 
 @task()
