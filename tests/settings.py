@@ -6,6 +6,10 @@ os.environ.setdefault("DEBUG", "0")
 os.environ.setdefault("TOLLGATE_SECURE_COOKIES", "0")
 os.environ.setdefault("TOLLGATE_SSL_REDIRECT", "0")
 os.environ.setdefault("TOLLGATE_BASE_URL", "http://testserver")
+# Metrics files of this test session alone (its consumers inherit it and add theirs).
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "var",
+    f"metrics-test-{os.getpid()}"))
 
 from tollgate.settings import *  # noqa: E402,F403
 from tollgate.settings import DATABASES, HUEY, VAR_DIR  # noqa: E402

@@ -13,6 +13,10 @@ from django.utils.csp import CSP
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TOLLGATE_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
+# Prometheus metrics from every process (gunicorn workers, Huey consumers) are files here,
+# added up at scrape time; set before prometheus_client is imported anywhere.
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / "metrics"))
+Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 
 
 def env_bool(name: str, default: bool = False) -> bool:
@@ -269,6 +273,9 @@ TOLLGATE_KEEP_NOTIFICATIONS_DAYS = float(os.environ.get("TOLLGATE_KEEP_NOTIFICAT
 TOLLGATE_KEEP_SCHEDULE_FIRES_DAYS = float(os.environ.get("TOLLGATE_KEEP_SCHEDULE_FIRES_DAYS",
                                                          "90"))
 TOLLGATE_KEEP_OUTBOX_DAYS = float(os.environ.get("TOLLGATE_KEEP_OUTBOX_DAYS", "7"))
+# /metrics answers a Bearer token (when set) or else only these networks.
+TOLLGATE_METRICS_TOKEN = os.environ.get("TOLLGATE_METRICS_TOKEN", "")
+TOLLGATE_METRICS_ALLOW = env_list("TOLLGATE_METRICS_ALLOW") or ["127.0.0.1/32", "::1/128"]
 TOLLGATE_CALLABLES = env_list("TOLLGATE_CALLABLES", "workflows.callables.*")
 # Extra environment variable names whose values are redacted from stored output.
 TOLLGATE_REDACT_ENV = env_list("TOLLGATE_REDACT_ENV")

@@ -46,6 +46,38 @@ urlpatterns.append(path("readyz", readyz, name="readyz"))
 
 
 @login_not_required
+def metrics(request):
+    """Prometheus text format, for a Bearer TOLLGATE_METRICS_TOKEN or the networks in
+    TOLLGATE_METRICS_ALLOW (loopback by default)."""
+    import hmac
+    import ipaddress
+
+    from django.conf import settings
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    from workflows.metrics import scrape
+
+    token = settings.TOLLGATE_METRICS_TOKEN
+    if token:
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        allowed = hmac.compare_digest(given.encode(), token.encode())
+    else:
+        try:
+            address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+            allowed = any(address in ipaddress.ip_network(net, strict=False)
+                          for net in settings.TOLLGATE_METRICS_ALLOW)
+        except ValueError:
+            allowed = False
+    if not allowed:
+        return HttpResponse("Metrics need the metrics token or an allowed address.",
+                            content_type="text/plain", status=403)
+    return HttpResponse(scrape(), content_type=CONTENT_TYPE_LATEST)
+
+
+urlpatterns.append(path("metrics", metrics, name="metrics"))
+
+
+@login_not_required
 def favicon(request):
     """Browsers ask for /favicon.ico on every site: the icon, not a 404."""
     from django.shortcuts import redirect

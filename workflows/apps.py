@@ -8,8 +8,17 @@ class WorkflowsConfig(AppConfig):
     def ready(self) -> None:
         # checks registers itself; tasks binds the queue's tasks to dispatch, in web
         # processes as in consumers.
-        from . import checks, dispatch, goal_closing, outbox, tasks, timezones  # noqa: F401
+        from . import (  # noqa: F401
+            checks,
+            dispatch,
+            goal_closing,
+            metrics,
+            outbox,
+            tasks,
+            timezones,
+        )
         from .engine import transition_committed, transition_recording
 
         transition_recording.connect(outbox.record, dispatch_uid="tollgate-outbox")
         transition_committed.connect(dispatch.on_transition, dispatch_uid="tollgate-dispatch")
+        transition_committed.connect(metrics.on_transition, dispatch_uid="tollgate-metrics")

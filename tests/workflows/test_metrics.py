@@ -1,0 +1,80 @@
+"""The Prometheus endpoint, scraped while a real consumer runs steps: counters move,
+histograms fill, and the web process's and the consumer's values add up."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+
+from workflows import engine
+from workflows.models import Run
+from workflows.specs import store_spec
+
+from .consumers import wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+def value(text: str, name: str, **labels) -> float:
+    """The sample of `name` with these labels in a scrape (0 if absent)."""
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        match = re.match(rf"^{re.escape(name)}(\{{(.*)\}})? (\S+)$", line)
+        if match and ",".join(sorted((match.group(2) or "").split(","))) == wanted:
+            return float(match.group(3))
+    return 0.0
+
+
+@pytest.mark.consumer
+def test_metrics_move_while_a_consumer_runs_steps(consumers):
+    store_spec({"name": "metered", "steps": [
+        {"key": f"s{i}", "run": {"callable": "workflows.callables.noop"},
+         **({"depends_on": [f"s{i - 1}"]} if i else {})} for i in range(3)]})
+    client = Client()
+    before = client.get("/metrics").content.decode()
+    consumers(workers=1)
+    runs = [engine.open_run("metered").run for _ in range(2)]
+    # The consumer counts in its own files; this process's scrape adds them up.
+    wait_for(lambda: all(Run.objects.get(pk=r.pk).status == "completed" for r in runs), 60,
+             what="the runs to finish")
+    text = client.get("/metrics").content.decode()
+    labels = {"spec": "metered", "kind": "run"}
+    assert value(text, "tollgate_steps_total", event="completed", **labels) - value(
+        before, "tollgate_steps_total", event="completed", **labels) == 6
+    assert value(text, "tollgate_step_duration_seconds_count", **labels) >= 6
+    assert value(text, "tollgate_claim_latency_seconds_count") >= 1
+    assert "tollgate_gates_waiting" in text and "tollgate_steps_ready" in text
+    assert "tollgate_periodic_last_run_seconds_ago" in text
+
+
+def test_multiprocess_values_add_up_and_the_endpoint_is_guarded(settings, release_spec):
+    from tests.workflows.helpers import work
+
+    run = engine.open_run(release_spec).run
+    work(run, "build")  # counted in this process
+    text = Client().get("/metrics").content.decode()
+    assert value(text, "tollgate_steps_total", spec="release", kind="run",
+                 event="completed") >= 1
+    assert value(text, "tollgate_gates_waiting") == 1
+    outside = Client(REMOTE_ADDR="203.0.113.9")
+    assert outside.get("/metrics").status_code == 403
+    settings.TOLLGATE_METRICS_TOKEN = "s3cret"
+    assert outside.get("/metrics").status_code == 403
+    assert outside.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
+
+
+def test_the_grafana_dashboard_names_only_metrics_that_exist():
+    import json
+    from pathlib import Path
+
+    import workflows.metrics
+
+    root = Path(__file__).resolve().parents[2]
+    dashboard = json.loads((root / "docs" / "grafana-dashboard.json").read_text())
+    source = Path(workflows.metrics.__file__).read_text()
+    names = {re.sub(r"_(bucket|count|sum)$", "", name)
+             for panel in dashboard["panels"] for target in panel["targets"]
+             for name in re.findall(r"tollgate_\w+", target["expr"])}
+    assert names and all(f'"{name}"' in source for name in names), names
