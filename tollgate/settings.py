@@ -273,6 +273,9 @@ TOLLGATE_KEEP_NOTIFICATIONS_DAYS = float(os.environ.get("TOLLGATE_KEEP_NOTIFICAT
 TOLLGATE_KEEP_SCHEDULE_FIRES_DAYS = float(os.environ.get("TOLLGATE_KEEP_SCHEDULE_FIRES_DAYS",
                                                          "90"))
 TOLLGATE_KEEP_OUTBOX_DAYS = float(os.environ.get("TOLLGATE_KEEP_OUTBOX_DAYS", "7"))
+# OpenTelemetry tracing (the otel extra): requests and worker attempts as spans, sent to the
+# OTLP endpoint OTEL_EXPORTER_OTLP_ENDPOINT names.
+TOLLGATE_OTEL = env_bool("TOLLGATE_OTEL", False)
 # /metrics answers a Bearer token (when set) or else only these networks.
 TOLLGATE_METRICS_TOKEN = os.environ.get("TOLLGATE_METRICS_TOKEN", "")
 TOLLGATE_METRICS_ALLOW = env_list("TOLLGATE_METRICS_ALLOW") or ["127.0.0.1/32", "::1/128"]

@@ -22,3 +22,9 @@ class WorkflowsConfig(AppConfig):
         transition_recording.connect(outbox.record, dispatch_uid="tollgate-outbox")
         transition_committed.connect(dispatch.on_transition, dispatch_uid="tollgate-dispatch")
         transition_committed.connect(metrics.on_transition, dispatch_uid="tollgate-metrics")
+        from django.conf import settings
+
+        if settings.TOLLGATE_OTEL:
+            from tollgate import tracing
+
+            tracing.setup()

@@ -21,7 +21,7 @@ from functools import partial
 from django.conf import settings
 from django.db import DatabaseError, connection
 
-from tollgate import dbfaults, logs
+from tollgate import dbfaults, logs, tracing
 
 from . import dispatch, engine, processes, spool
 from .engine import compensations
@@ -237,7 +237,8 @@ def _execute(step: Step, owner: str, deadline: float) -> list[str]:
 
 
 def _execute_one(step: Step, owner: str, chain: bool = True):
-    with logs.about(run=step.run_id, step=step.key, attempt=step.attempt):
+    with logs.about(run=step.run_id, step=step.key, attempt=step.attempt), \
+            tracing.attempt_span(step.run_id, step.key, step.attempt):
         return _execute_attempt(step, owner, chain)
 
 

@@ -122,3 +122,33 @@ def test_commands_start_without_the_axes_banner():
     done = subprocess.run([sys.executable, "manage.py", "check"], capture_output=True,
                           text=True, env=env, check=True)
     assert "AXES: BEGIN" not in done.stdout + done.stderr
+
+
+def test_tracing_records_requests_and_worker_attempts(release_spec, monkeypatch):
+    """With the otel extra on, a request and a worker's attempt are spans."""
+    from opentelemetry import trace
+    from opentelemetry.instrumentation.django import DjangoInstrumentor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tollgate import tracing
+    from workflows import engine, processes, worker
+
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER_SET_ONCE", trace.Once())
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+    spans = InMemorySpanExporter()
+    tracing.setup(exporter=spans)
+    try:
+        from django.test import Client
+
+        assert Client().get("/healthz").status_code == 200
+        run = engine.open_run(release_spec).run
+        step = engine.claim_next(owner="w", lease_seconds=30, holder=processes.this_process())
+        worker._execute_one(step, "w", chain=False)
+    finally:
+        DjangoInstrumentor().uninstrument()
+        monkeypatch.setattr(tracing, "_tracer", None)
+    names = [span.name for span in spans.get_finished_spans()]
+    assert any("healthz" in name or name.startswith("GET") for name in names), names
+    attempt = next(s for s in spans.get_finished_spans() if s.name == "tollgate.attempt")
+    assert attempt.attributes["tollgate.run_id"] == run.pk
+    assert attempt.attributes["tollgate.step"] == "build"

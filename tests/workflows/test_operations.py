@@ -91,3 +91,36 @@ def test_readyz_answers_503_when_the_database_or_the_queue_is_away(monkeypatch):
     assert response.status_code == 503 and response.json()["checks"]["queue"].startswith(
         "ConnectionError")
     assert client.get("/healthz").status_code == 200
+
+
+def test_readyz_with_postgresql_and_redis_not_answering(tmp_path):
+    """A process whose PostgreSQL and Redis are stopped (nothing answers at their address)
+    answers /readyz with 503 naming both, and /healthz with 200."""
+    import socket
+    import subprocess
+    import sys
+
+    from tests.support.processes import ROOT
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            ports.append(probe.getsockname()[1])  # free, so nothing listens there
+    script = ("import django; django.setup(); from django.test import Client; "
+              "c = Client(); r = c.get('/readyz'); print(r.status_code, r.content.decode()); "
+              "print(c.get('/healthz').status_code)")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tollgate.settings", "DEBUG": "0",
+           "ALLOWED_HOSTS": "testserver",
+           "DATABASE_URL": f"postgres://postgres@127.0.0.1:{ports[0]}/tollgate",
+           "TOLLGATE_REDIS_URL": f"redis://127.0.0.1:{ports[1]}/0",
+           "PGCONNECT_TIMEOUT": "2"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    status, body = done.stdout.splitlines()[0].split(" ", 1)
+    import json
+
+    checks = json.loads(body)["checks"]
+    assert status == "503" and checks["database"] != "ok" and checks["queue"] != "ok"
+    assert "Connection" in checks["queue"] or "Error" in checks["queue"]
+    assert done.stdout.splitlines()[1] == "200"
