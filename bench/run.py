@@ -523,7 +523,42 @@ class Bench:
             "rss_mb": rss, "seconds": seconds, "runs_not_completed": failed,
             "growth_after_warmup": rss[-1] / rss[1] - 1, "target_growth": 0.10}
 
-    SECTIONS = ("runtime", "fairness", "approvals", "pages", "sweeper", "http", "soak")
+    def storage(self) -> None:
+        """Bytes a finished run costs on disk: the database's size before and after runs of
+        a five-step spec with a gate (tables and indexes; SQLite's pages in use)."""
+        from django.contrib.auth.models import Group, User
+
+        from workflows import engine, worker
+        from workflows.models import Checkpoint, Run
+        from workflows.specs import store_spec
+
+        n = 100 if self.quick else 500
+        noop = {"callable": "workflows.callables.noop"}
+        spec = store_spec({"name": "bench-storage", "steps": [
+            {"key": "build", "run": noop}, {"key": "test", "depends_on": ["build"], "run": noop},
+            {"key": "gate", "depends_on": ["test"], "approval": {"group": "bench-store"}},
+            {"key": "deploy", "depends_on": ["gate"], "run": noop},
+            {"key": "note", "depends_on": ["deploy"], "run": noop}]})[0]
+        approver, _ = User.objects.get_or_create(username="bench-store")
+        approver.groups.add(Group.objects.get_or_create(name="bench-store")[0])
+        before = database_bytes()
+        checkpoints = Checkpoint.objects.count()
+        ids = [engine.open_run(spec).run.pk for _ in range(n)]
+        while worker.work(budget=60):
+            pass
+        for run in Run.objects.filter(pk__in=ids):
+            engine.approve(run, "gate", user=approver)
+        while worker.work(budget=60):
+            pass
+        assert Run.objects.filter(pk__in=ids, status="completed").count() == n
+        analyze()
+        grown = database_bytes() - before
+        self.results["storage"] = {
+            "runs": n, "steps_per_run": 5, "bytes_per_run": grown / n,
+            "checkpoints_per_run": (Checkpoint.objects.count() - checkpoints) / n}
+
+    SECTIONS = ("runtime", "fairness", "approvals", "pages", "sweeper", "http", "soak",
+                "storage")
 
     def run_all(self, sections=SECTIONS) -> dict:
         with_consumers = [s for s in ("runtime", "fairness", "approvals") if s in sections]
@@ -532,7 +567,7 @@ class Bench:
             for section in with_consumers:
                 getattr(self, section if section != "approvals" else "approval_round_trip")()
             self.stop_consumers()
-        for section in ("pages", "sweeper", "http", "soak"):
+        for section in ("pages", "sweeper", "http", "soak", "storage"):
             if section in sections:
                 getattr(self, section)()
         return self.results
@@ -593,6 +628,26 @@ def gate_spec():
         {"key": "gate", "approval": {"group": "bench-qa"}},
         {"key": "next", "depends_on": ["gate"],
          "run": {"callable": "workflows.callables.noop"}}]})[0]
+
+
+def database_bytes() -> int:
+    """The database's size in bytes: PostgreSQL's tables, indexes and TOAST; SQLite's pages
+    in use."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            cursor.execute("PRAGMA page_count")
+            pages = cursor.fetchone()[0]
+            cursor.execute("PRAGMA freelist_count")
+            free = cursor.fetchone()[0]
+            cursor.execute("PRAGMA page_size")
+            return (pages - free) * cursor.fetchone()[0]
+        cursor.execute("SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c "
+                       "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                       "WHERE n.nspname = 'public' AND c.relkind = 'r'")
+        return int(cursor.fetchone()[0])
 
 
 def analyze() -> None:
@@ -702,6 +757,9 @@ def table(results: list[dict]) -> str:
                   f"({r['http']['ratio_to_floor']['approve']:.2f}x)")
     row("soak: consumer RSS MB per 10k steps",
         lambda r: " ".join(f"{mb:.0f}" for mb in r["soak"]["rss_mb"]))
+    row("storage: bytes per finished run (5 steps)",
+        lambda r: f"{r['storage']['bytes_per_run']:.0f} "
+                  f"({r['storage']['checkpoints_per_run']:.0f} checkpoints)")
     row("soak: growth after warm-up",
         lambda r: f"{r['soak']['growth_after_warmup'] * 100:+.1f}%")
     return "\n".join(lines)
