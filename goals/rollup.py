@@ -65,6 +65,12 @@ run_counts AS (
         SUM(CASE WHEN r.status = '{failed}' THEN 1 ELSE 0 END) AS runs_failed
     FROM sub JOIN workflows_run r ON r.goal_id = sub.id GROUP BY sub.root_id
 ),
+pruned_counts AS (
+    SELECT sub.root_id, SUM(g.pruned_runs_completed) AS runs_completed,
+        SUM(g.pruned_runs_failed) AS runs_failed, SUM(g.pruned_steps_total) AS steps_total,
+        SUM(g.pruned_steps_done) AS steps_done
+    FROM sub JOIN goals_goal g ON g.id = sub.id GROUP BY sub.root_id
+),
 step_counts AS (
     SELECT sub.root_id,
         COUNT(*) AS steps_total,
@@ -77,13 +83,18 @@ step_counts AS (
     GROUP BY sub.root_id
 )
 SELECT gc.root_id, COALESCE(cc.children, 0), gc.descendants,
-    COALESCE(rc.runs_open, 0), COALESCE(rc.runs_completed, 0), COALESCE(rc.runs_failed, 0),
-    COALESCE(sc.gates_waiting, 0), COALESCE(sc.steps_total, 0), COALESCE(sc.steps_done, 0),
+    COALESCE(rc.runs_open, 0),
+    COALESCE(rc.runs_completed, 0) + COALESCE(pc.runs_completed, 0),
+    COALESCE(rc.runs_failed, 0) + COALESCE(pc.runs_failed, 0),
+    COALESCE(sc.gates_waiting, 0),
+    COALESCE(sc.steps_total, 0) + COALESCE(pc.steps_total, 0),
+    COALESCE(sc.steps_done, 0) + COALESCE(pc.steps_done, 0),
     sc.oldest_gate
 FROM goal_counts gc
 LEFT JOIN child_counts cc ON cc.root_id = gc.root_id
 LEFT JOIN run_counts rc ON rc.root_id = gc.root_id
 LEFT JOIN step_counts sc ON sc.root_id = gc.root_id
+LEFT JOIN pruned_counts pc ON pc.root_id = gc.root_id
 """
 
 

@@ -135,6 +135,11 @@ class DatabaseState:
                 took.add_metric([run.name], run.last_seconds)
         yield last
         yield took
+        from .presence import sweeper_late
+
+        yield GaugeMetricFamily("tollgate_sweeper_late",
+                                "1 when no sweep has finished for three periods",
+                                value=1 if sweeper_late(now) else 0)
 
 
 def scrape() -> bytes:

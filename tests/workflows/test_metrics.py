@@ -58,6 +58,7 @@ def test_multiprocess_values_add_up_and_the_endpoint_is_guarded(settings, releas
     assert value(text, "tollgate_steps_total", spec="release", kind="run",
                  event="completed") >= 1
     assert value(text, "tollgate_gates_waiting") == 1
+    assert value(text, "tollgate_sweeper_late") == 1  # no sweep has run in this test
     outside = Client(REMOTE_ADDR="203.0.113.9")
     assert outside.get("/metrics").status_code == 403
     settings.TOLLGATE_METRICS_TOKEN = "s3cret"

@@ -105,3 +105,27 @@ def _webhook():
 
     return Webhook.objects.get_or_create(group="qa", url="https://hooks.example/t",
                                          defaults={"secret": "s"})[0]
+
+
+def test_goal_rollups_stay_true_after_pruning(release_spec, people, tmp_path):
+    from goals.models import Goal
+    from goals.rollup import rollups
+
+    parent = Goal.objects.create(title="Releases")
+    goal = Goal.objects.create(title="Release 3", parent=parent)
+    done = engine.open_run(release_spec, actor=people["alice"], goal=goal).run
+    work(done, "build")
+    engine.approve(done, "qa", user=people["bob"])
+    engine.approve(done, "qa", user=people["carol"])
+    work(done, "deploy")
+    work(done, "notify")
+    failed = engine.open_run(release_spec, actor=people["alice"], goal=goal).run
+    work(failed, "build", "failed")
+    engine.open_run(release_spec, actor=people["alice"], goal=goal)  # open: stays
+    assert Run.objects.get(pk=done.pk).status == "completed"
+    before = rollups([parent.pk, goal.pk])
+    for run in (done, failed):
+        age(run, 100)
+    with open(tmp_path / "out.jsonl", "w") as out:
+        assert retention.prune_runs(90, out) == 2
+    assert rollups([parent.pk, goal.pk]) == before
