@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from django.db import transaction
 from django.http import Http404
 from ninja import Body, Field, Path, Query, Router, Schema, Status
 from ninja.errors import HttpError
@@ -285,19 +286,21 @@ def create_spec(request, payload: dict[str, Any] = Body(...)):
                              404: Error, 409: Error},
           summary="Start a run (idempotent with an idempotency key)")
 def create_run(request, payload: RunIn):
-    spec = payload.spec
-    if payload.steps is not None:
-        try:
-            spec = store_one_off({"name": payload.spec, "steps": payload.steps},
-                                 actor=request.user)
-        except SpecError as exc:
-            raise HttpError(400, str(exc)) from None
-    opened = engine.open_run(spec, actor=request.user, goal=payload.goal,
-                             idempotency_key=payload.idempotency_key,
-                             shared_state=payload.shared_state, title=payload.title,
-                             params=payload.params, priority=payload.priority,
-                             reuse=payload.reuse, next_action=payload.next_action,
-                             kind=payload.kind, ref=payload.ref)
+    # Inline steps are stored with the run or not at all: a refused start keeps no version.
+    with transaction.atomic():
+        spec = payload.spec
+        if payload.steps is not None:
+            try:
+                spec = store_one_off({"name": payload.spec, "steps": payload.steps},
+                                     actor=request.user)
+            except SpecError as exc:
+                raise HttpError(400, str(exc)) from None
+        opened = engine.open_run(spec, actor=request.user, goal=payload.goal,
+                                 idempotency_key=payload.idempotency_key,
+                                 shared_state=payload.shared_state, title=payload.title,
+                                 params=payload.params, priority=payload.priority,
+                                 reuse=payload.reuse, next_action=payload.next_action,
+                                 kind=payload.kind, ref=payload.ref)
     return Status(200 if opened.reused else 201,
                   fresh_run(request, opened.run.pk, reused=opened.reused))
 

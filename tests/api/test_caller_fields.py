@@ -114,3 +114,13 @@ def test_a_child_run_names_its_parent_and_the_step_its_child(api, people):
     child = api["alice"].get(f"/api/runs/{sub['child_run']}").json()
     assert child["parent"] == {"run": run["id"], "step": "sub"}
     assert child["params"] == {"version": "3"}
+
+
+def test_a_refused_start_with_inline_steps_stores_no_version(api, people):
+    from goals.models import Goal
+
+    closed = Goal.objects.create(title="Done", status="completed")
+    response = api["alice"].post("/api/runs", {"spec": "adhoc", "goal": closed.pk,
+                                               "steps": [{"key": "a"}]})
+    assert response.status_code == 409 and "closed goal" in response.json()["error"]
+    assert not WorkflowSpec.objects.filter(name="adhoc").exists()

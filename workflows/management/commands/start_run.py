@@ -1,6 +1,7 @@
 import json
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 
 from goals.models import Priority
 from workflows import engine
@@ -59,15 +60,18 @@ class Command(BaseCommand):
             params[name] = value
         spec = options["spec"]
         try:
-            if options["steps"]:
-                spec = store_one_off({"name": spec, "steps": _read_steps(options["steps"])})
-            opened = engine.open_run(
-                spec, actor="manage.py start_run", goal=options["goal"],
-                idempotency_key=options["idempotency_key"], shared_state=state,
-                title=options["title"], params=params if options["param"] else None,
-                priority=options["priority"], reuse=options["reuse"],
-                next_action=options["next_action"], kind=options["kind"], ref=options["ref"],
-            )
+            with transaction.atomic():  # inline steps are stored with the run or not at all
+                if options["steps"]:
+                    spec = store_one_off({"name": spec,
+                                          "steps": _read_steps(options["steps"])})
+                opened = engine.open_run(
+                    spec, actor="manage.py start_run", goal=options["goal"],
+                    idempotency_key=options["idempotency_key"], shared_state=state,
+                    title=options["title"], params=params if options["param"] else None,
+                    priority=options["priority"], reuse=options["reuse"],
+                    next_action=options["next_action"], kind=options["kind"],
+                    ref=options["ref"],
+                )
         except (engine.WorkflowError, SpecError) as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(str(opened.run.pk))
