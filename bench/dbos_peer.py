@@ -17,6 +17,12 @@ import time
 
 
 def main() -> None:
+    try:  # a recent SQLite for DBOS's schema (3.42+) where the interpreter links an older one
+        import pysqlite3
+
+        sys.modules["sqlite3"] = pysqlite3
+    except ImportError:
+        pass
     url, workload, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     m = int(sys.argv[4]) if len(sys.argv) > 4 else 0
     from dbos import DBOS

@@ -561,16 +561,31 @@ class Bench:
                 "storage")
 
     def run_all(self, sections=SECTIONS) -> dict:
+        """Each section on its own: one that fails says why in the results (its rows read
+        "-") and the others still run; every process a section started is stopped."""
         with_consumers = [s for s in ("runtime", "fairness", "approvals") if s in sections]
         if with_consumers:
             self.start_consumers(2, 4)
-            for section in with_consumers:
-                getattr(self, section if section != "approvals" else "approval_round_trip")()
-            self.stop_consumers()
+            try:
+                for section in with_consumers:
+                    self.guarded(section, getattr(
+                        self, section if section != "approvals" else "approval_round_trip"))
+            finally:
+                self.stop_consumers()
         for section in ("pages", "sweeper", "http", "soak", "storage"):
             if section in sections:
-                getattr(self, section)()
+                self.guarded(section, getattr(self, section))
+                self.stop_consumers()  # whatever a failed section left running
         return self.results
+
+    def guarded(self, section: str, measure) -> None:
+        import traceback
+
+        try:
+            measure()
+        except Exception as exc:
+            self.results.setdefault("failed", {})[section] = f"{type(exc).__name__}: {exc}"
+            traceback.print_exc()
 
 
 # --- the DBOS peer ---------------------------------------------------------------------------
@@ -585,6 +600,47 @@ def dbos_interpreters() -> list[str]:
              str(VAR / "dbos-venv" / "bin" / "python"), shutil.which("python3.11") or ""]
     found += sorted(str(p) for p in Path.home().glob(".pyenv/versions/3.11*/bin/python"))
     return [p for p in dict.fromkeys(found) if p and Path(p).exists()]
+
+
+DBOS_VERSION = "3.4.0"
+
+
+def sqlite_version(python: str) -> tuple[int, ...]:
+    # dbos_peer.py uses pysqlite3 (a recent SQLite) where it is installed.
+    probe = ("try:\n import pysqlite3 as s\nexcept ImportError:\n import sqlite3 as s\n"
+             "print(s.sqlite_version)")
+    done = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    try:
+        return tuple(int(part) for part in done.stdout.strip().split("."))
+    except ValueError:
+        return (0,)
+
+
+def ensure_dbos_peer() -> str:
+    """The bench installs its peer itself: when no interpreter has dbos, a venv of its own
+    (var/dbos-venv) gets dbos, made from the interpreter whose SQLite is newest (DBOS's
+    SQLite schema needs 3.42). Returns what it did, for the report."""
+    for python in dbos_interpreters():
+        if subprocess.run([python, "-c", "import dbos"], capture_output=True).returncode == 0:
+            return f"dbos found in {python}"
+    candidates = [p for p in dbos_interpreters() if "dbos-venv" not in p]
+    if not candidates:
+        return "no interpreter to make a DBOS venv from"
+    base = max(candidates, key=sqlite_version)
+    venv = VAR / "dbos-venv"
+    shutil.rmtree(venv, ignore_errors=True)
+    made = subprocess.run([base, "-m", "venv", str(venv)], capture_output=True, text=True)
+    if made.returncode != 0:
+        return f"could not make a venv from {base}: {made.stderr.strip()[-300:]}"
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+    installed = subprocess.run([*pip, f"dbos=={DBOS_VERSION}", "psycopg[binary]"],
+                               capture_output=True, text=True, timeout=900)
+    if installed.returncode != 0:
+        return f"could not install dbos: {installed.stderr.strip()[-300:]}"
+    # A recent SQLite for DBOS's schema, where a wheel exists for this machine.
+    subprocess.run([*pip, "pysqlite3-binary"], capture_output=True, timeout=900)
+    version = ".".join(map(str, sqlite_version(str(venv / "bin" / "python"))))
+    return f"installed dbos {DBOS_VERSION} in {venv} (from {base}; SQLite {version})"
 
 
 def dbos_peer(backend: str, workload: str, n: int, m: int = 0) -> dict:
@@ -603,16 +659,21 @@ def dbos_peer(backend: str, workload: str, n: int, m: int = 0) -> dict:
             admin.execute("DROP DATABASE IF EXISTS tollgate_bench_dbos WITH (FORCE)")
         url = PG_ADMIN.replace("postgres://", "postgresql://").rsplit("/", 1)[0] + \
             "/tollgate_bench_dbos"
-    tried = []
+    tried, too_old = [], []
     for python in dbos_interpreters():
         probe = subprocess.run([python, "-c", "import dbos"], capture_output=True)
         if probe.returncode != 0:
+            continue
+        if backend == "sqlite" and sqlite_version(python) < (3, 42):
+            too_old.append(f"{python} has SQLite {'.'.join(map(str, sqlite_version(python)))}")
             continue
         done = subprocess.run([python, str(DBOS_PEER), url, workload, str(n), str(m)],
                               capture_output=True, text=True, timeout=900)
         tried.append(python)
         if done.returncode == 0 and done.stdout.strip():
             return {**json.loads(done.stdout.strip().splitlines()[-1]), "interpreter": python}
+    if too_old and not tried:
+        return {"skipped": "DBOS's SQLite schema needs SQLite 3.42; " + "; ".join(too_old)}
     return {"skipped": "no interpreter with dbos ran" + (f" (tried {tried})" if tried else
                                                          "; pip install -e '.[bench]'")}
 
@@ -787,20 +848,28 @@ def main() -> None:
         return
     backends = [args.only] if args.only else ["sqlite"] + (["postgres"] if pg_available()
                                                           else [])
+    if "runtime" in sections:
+        print("DBOS peer: " + ensure_dbos_peer(), flush=True)
     results = []
     for backend in backends:
         out = VAR / f"bench-{backend}.json"
         print(f"benchmarking {backend} ...", flush=True)
-        subprocess.run([sys.executable, __file__, "--backend", backend, "--out", str(out),
-                        "--sections", ",".join(sections)]
-                       + (["--quick"] if args.quick else []), check=True, cwd=ROOT)
-        results.append(json.loads(out.read_text()))
+        done = subprocess.run([sys.executable, __file__, "--backend", backend, "--out",
+                               str(out), "--sections", ",".join(sections)]
+                              + (["--quick"] if args.quick else []), cwd=ROOT)
+        if done.returncode != 0 or not out.exists():
+            print(f"benchmarking {backend} stopped (exit {done.returncode}); its rows say "
+                  "what was measured", flush=True)
+        results.append(json.loads(out.read_text()) if out.exists() else {"backend": backend})
     report = {"generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "quick": args.quick,
               "sections": sections,
               "machine": {"cpus": os.cpu_count()}, "results": results}
     written = args.out or VAR / "bench.json"
     written.write_text(json.dumps(report, indent=2, default=str))
     print(table(results))
+    for r in results:
+        for section, why in r.get("failed", {}).items():
+            print(f"{r['backend']}: section {section} failed: {why}")
     for r in results:
         peer = r.get("dbos", {})
         print(f"DBOS peer on {r['backend']}: " + (f"ran in {peer['interpreter']}"
