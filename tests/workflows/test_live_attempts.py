@@ -276,17 +276,24 @@ def test_a_result_finished_before_its_consumer_died_is_recorded_not_run_again(
     assert not folder.exists()
 
 
+@pytest.mark.parametrize("action, kept", [
+    ({"shell": "echo done"}, "result.json"),  # the supervisor's result, in its folder
+    ({"callable": "workflows.callables.count"}, "outcome.json"),  # written for a callable
+])
 def test_a_result_the_database_could_not_take_is_kept_until_it_returns(tmp_path, settings,
-                                                                        monkeypatch):
-    """The report window passes with the database away: the result stays in the spool,
-    handed over, and is recorded once the database answers again."""
+                                                                        monkeypatch, action,
+                                                                        kept):
+    """The report window passes with the database away: the result (a command's, or a
+    callable's that ran in the worker's own process) stays in the spool, handed over, and is
+    recorded once the database answers again; the step is not left running under a live
+    holder that has let it go, and nothing runs twice."""
     from django.db import OperationalError
 
     from workflows import worker
 
     settings.TOLLGATE_SPOOL_DIR = str(tmp_path / "spool")
     settings.TOLLGATE_REPORT_RETRY_SECONDS = 0.2
-    engine.open_run(one_step("away", "echo done"))
+    engine.open_run(store_spec({"name": "away", "steps": [{"key": "work", "run": action}]})[0])
     step = engine.claim_next(owner="w", lease_seconds=30, holder=processes.this_process())
     real = engine.complete_step
     monkeypatch.setattr(engine, "complete_step",
@@ -294,42 +301,16 @@ def test_a_result_the_database_could_not_take_is_kept_until_it_returns(tmp_path,
     with pytest.raises(OperationalError):
         worker._execute_one(step, "w", chain=False)
     [folder] = list(Path(settings.TOLLGATE_SPOOL_DIR).iterdir())
-    assert (folder / "handed_over").exists() and (folder / "result.json").exists()
+    assert (folder / "handed_over").exists() and (folder / kept).exists()
     assert Step.objects.get(pk=step.pk).status == "running"
-    monkeypatch.setattr(engine, "complete_step", real)
-    assert worker.record_orphans(force=True) == 1
-    assert Step.objects.get(pk=step.pk).status == "completed"
-    assert Step.objects.get(pk=step.pk).last_evidence["stdout"] == "done\n"
-    assert not folder.exists()
-
-
-def test_a_callables_result_the_database_could_not_take_is_kept_too(tmp_path, settings,
-                                                                   monkeypatch):
-    """A callable ran in the worker's own process: when its report cannot be made, its
-    outcome is written to the spool, handed over, and recorded later, state patch and all;
-    the step is not left running under a live holder that has let it go."""
-    from django.db import OperationalError
-
-    from workflows import worker
-
-    settings.TOLLGATE_SPOOL_DIR = str(tmp_path / "spool")
-    settings.TOLLGATE_REPORT_RETRY_SECONDS = 0.2
-    spec = store_spec({"name": "away-callable", "steps": [
-        {"key": "count", "run": {"callable": "workflows.callables.count"}}]})[0]
-    engine.open_run(spec)
-    step = engine.claim_next(owner="w", lease_seconds=30, holder=processes.this_process())
-    real = engine.complete_step
-    monkeypatch.setattr(engine, "complete_step",
-                        lambda *a, **k: (_ for _ in ()).throw(OperationalError("away")))
-    with pytest.raises(OperationalError):
-        worker._execute_one(step, "w", chain=False)
-    [folder] = list(Path(settings.TOLLGATE_SPOOL_DIR).iterdir())
-    assert (folder / "handed_over").exists() and (folder / "outcome.json").exists()
     monkeypatch.setattr(engine, "complete_step", real)
     assert worker.record_orphans(force=True) == 1
     done = Step.objects.get(pk=step.pk)
     assert done.status == "completed" and done.attempt == 1
-    assert done.run.shared_state == {"count": 1}
+    if "shell" in action:
+        assert done.last_evidence["stdout"] == "done\n"
+    else:
+        assert done.run.shared_state == {"count": 1}
     assert not folder.exists()
 
 
