@@ -1,10 +1,16 @@
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
 
 from .models import CLOSED_GOAL_STATUSES, Goal, GoalStatus
-from .services import OpenRuns, goal_closing, goal_save, goal_set_status
+from .services import (
+    EDITABLE_FIELDS,
+    OpenRuns,
+    goal_closing,
+    goal_save,
+    goal_set_status,
+    goal_update,
+)
 
 
 class ChildGoalInline(admin.TabularInline):
@@ -102,8 +108,10 @@ class GoalAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         """Through the goal services' rules; closing cancels the open runs if asked to."""
-        with transaction.atomic():
-            if change and "status" in form.changed_data and obj.is_closed:
-                goal_closing.send(sender=Goal, goal=obj, actor=request.user,
-                                  open_runs=form.cleaned_data.get("open_runs") or "refuse")
+        if not change:
             goal_save(obj, actor=request.user)
+            return
+        changed = {name: getattr(obj, name) for name in form.changed_data
+                   if name in EDITABLE_FIELDS}
+        goal_update(obj, actor=request.user,
+                    open_runs=form.cleaned_data.get("open_runs") or "refuse", **changed)

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import DataError, InterfaceError, InternalError, OperationalError
+from django.db import DataError
 from django.http import Http404
 from django.utils import timezone
 from ninja import NinjaAPI
@@ -24,6 +24,7 @@ from ninja.security import HttpBearer, SessionAuth
 
 from goals.api import router as goals_router
 from goals.services import OpenRuns
+from tollgate import dbfaults
 from workflows.api import router as workflows_router
 from workflows.engine import WorkflowError
 from workflows.models import ApiToken
@@ -157,9 +158,6 @@ def on_goal_with_open_runs(request, exc):
 RETRY_AFTER_SECONDS = 5
 
 
-@api.exception_handler(OperationalError)
-@api.exception_handler(InterfaceError)
-@api.exception_handler(InternalError)
 def on_database_away(request, exc):
     """The database is away (restarting, cut off, out of connections, locked): 503, never a
     500. A start that may have committed is safe to send again with its idempotency key."""
@@ -170,6 +168,10 @@ def on_database_away(request, exc):
                               "(with the same idempotency key, a start is not repeated).", 503)
     response["Retry-After"] = str(RETRY_AFTER_SECONDS)
     return response
+
+
+for away in dbfaults.AWAY:  # what dbfaults counts as the database away, and nothing else
+    api.add_exception_handler(away, on_database_away)
 
 
 @api.exception_handler(DataError)

@@ -5,21 +5,20 @@ words, the values those steps wrote, and what approving and rejecting do."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
-from .models import Run, Step, StepStatus
+from django.db.models import Q
+
+from .models import OPEN_RUN_STATUSES, Run, Step, StepStatus
+from .values import readable
 
 VALUE_CHARS = 80  # a value longer than this is shortened on the card, whole on demand
 
 
 def short(value) -> tuple[str, str]:
-    """(shortened text, whole text) of a value as a person reads it: words for booleans,
-    strings as they are, anything else as JSON."""
-    if isinstance(value, bool):
-        whole = "yes" if value else "no"
-    elif isinstance(value, str):
-        whole = value
-    else:
-        whole = json.dumps(value, sort_keys=True, default=str)
+    """(shortened text, whole text) of a value as a person reads it (values.readable; a
+    value written as null says so)."""
+    whole = readable(value, none="null")
     return (whole if len(whole) <= VALUE_CHARS else whole[:VALUE_CHARS - 1] + "…"), whole
 
 
@@ -115,12 +114,6 @@ def deadline(gate: Step, now) -> dict | None:
 def due_gates(now, soon_seconds: float = 24 * 3600) -> list[dict]:
     """For managers, per group: the waiting gates that are overdue, due within a day, or
     escalated; in one query whatever their number."""
-    from datetime import timedelta
-
-    from django.db.models import Q
-
-    from .models import OPEN_RUN_STATUSES
-
     gates = (Step.objects.filter(status=StepStatus.WAITING_APPROVAL,
                                  run__status__in=OPEN_RUN_STATUSES)
              .filter(Q(deadline_at__lte=now + timedelta(seconds=soon_seconds))

@@ -7,6 +7,8 @@ the database at scrape time, in a few queries."""
 
 from __future__ import annotations
 
+import logging
+
 from django.db.models import Count, Min, Q
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -23,6 +25,8 @@ from .models import (
     StepStatus,
     WebhookDelivery,
 )
+
+log = logging.getLogger(__name__)
 
 STEP_EVENTS = {
     CheckpointKind.STEP_STARTED: "started", CheckpointKind.STEP_COMPLETED: "completed",
@@ -73,9 +77,7 @@ def on_transition(sender, announcement, **kwargs) -> None:
         elif kind in LEASE_EVENTS:
             lease_events.labels(LEASE_EVENTS[kind]).inc()
     except Exception:  # a metric must never break a transition's aftermath
-        import logging
-
-        logging.getLogger(__name__).exception("Could not count a transition")
+        log.exception("Could not count a transition")
 
 
 class DatabaseState:

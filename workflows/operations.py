@@ -31,12 +31,7 @@ def workers(now) -> list[Worker]:
                   "pk", "run_id", "step__key")}
     for worker in found:
         for held in worker.held:
-            run, key = where.get((held["kind"], held["id"]), (None, ""))
-            held.update(run=run, step=key,
-                        label=f"run {run} {key}" + (" (undo)" if held["kind"] ==
-                                                     "compensation" else "")
-                        if run else f"{held['kind']} {held['id']}",
-                        url=f"/runs/{run}/#step-{key}" if run else "")
+            held["run"], held["step"] = where.get((held["kind"], held["id"]), (None, ""))
     return found
 
 

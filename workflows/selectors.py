@@ -277,50 +277,49 @@ def approvals_of_attempt(decisions, attempt: int) -> tuple[list, int]:
     return current, sum(1 for d in current if d.decision == Decision.APPROVE)
 
 
+def _decisions_by_gate(gates: list) -> dict[int, list[Approval]]:
+    """Every decision on these gates, oldest first, by gate id (one query)."""
+    decided: dict[int, list[Approval]] = {}
+    for approval in (Approval.objects.filter(step__in=[g.pk for g in gates])
+                     .select_related("user").order_by("at")):
+        decided.setdefault(approval.step_id, []).append(approval)
+    return decided
+
+
+def _output(step: Step) -> dict:
+    """A step's output for a card: the last lines, and the whole of it when that was cut."""
+    output = (step.last_evidence or {}).get("stdout", "") or ""
+    lines = output.rstrip("\n").splitlines()
+    return {"tail": "\n".join(lines[-OUTPUT_TAIL_LINES:]), "output": output,
+            "cut": len(lines) > OUTPUT_TAIL_LINES}
+
+
 def gate_evidence(gates: list) -> list:
-    """Give each gate what its approvers decide with, in three queries whatever the count:
-    `instructions`, `evidence` (the steps it depends on: summary, output tail, state keys
-    written) and `decisions` (this attempt's, for quorum progress)."""
+    """Give each gate what its approvers decide with, in four queries whatever the count:
+    `instructions`, `form`, `decisions` (this attempt's, for quorum progress) and their
+    `version`, `due` (the deadline in words), and the brief (briefs.brief: params, the trail
+    of steps before it, each direct dependency's output, consequences)."""
     if not gates:
         return gates
     wanted = Q(pk__in=[])
     for gate in gates:
         wanted |= Q(run_id=gate.run_id, key__in=gate.depends_on)
-    deps: dict[tuple[int, str], Step] = {
-        (s.run_id, s.key): s for s in Step.objects.filter(wanted).only(
-            "run_id", "key", "title", "status", "last_summary", "last_evidence",
-            "last_state_patch", "reported_by")}
-    decided: dict[int, list[Approval]] = {}
-    for approval in (Approval.objects.filter(step__in=[g.pk for g in gates])
-                     .select_related("user").order_by("at")):
-        decided.setdefault(approval.step_id, []).append(approval)
+    outputs = {(s.run_id, s.key): _output(s) for s in Step.objects.filter(wanted).only(
+        "run_id", "key", "last_evidence")}
+    decided = _decisions_by_gate(gates)
+    briefs.brief(gates)
+    now = timezone_now()
     for gate in gates:
         gate.instructions = fill_placeholders(gate.config.get("description", ""), gate.run)
         gate.form = gate_form(gate)
-        gate.evidence = []
-        for key in gate.depends_on:
-            dep = deps.get((gate.run_id, key))
-            if dep is None:
-                continue
-            output = (dep.last_evidence or {}).get("stdout", "") or ""
-            lines = output.rstrip("\n").splitlines()
-            gate.evidence.append({
-                "key": dep.key, "title": dep.title, "status": dep.status,
-                "reported_by": dep.reported_by,
-                "summary": dep.last_summary, "tail": "\n".join(lines[-OUTPUT_TAIL_LINES:]),
-                "output": output, "cut": len(lines) > OUTPUT_TAIL_LINES,
-                "state_keys": sorted((dep.last_state_patch or {}).keys())})
         gate.decisions, gate.approved = approvals_of_attempt(decided.get(gate.pk, []),
                                                              gate.attempt)
         # What the live inbox compares to know a card's quorum line changed.
         gate.version = f"{gate.attempt}.{len(gate.decisions)}"
-    briefs.brief(gates)
-    now = timezone_now()
-    for gate in gates:
         gate.due = briefs.deadline(gate, now)
-        outputs = {dep["key"]: dep for dep in gate.evidence}
         for entry in gate.trail:
-            entry["output"] = outputs.get(entry["key"])
+            entry["output"] = (outputs.get((gate.run_id, entry["key"]))
+                               if entry["key"] in gate.depends_on else None)
     return gates
 
 
@@ -333,19 +332,8 @@ def gates_left(user, step_ids: list[int]) -> list[Step]:
     gates = list(Step.objects.filter(pk__in=step_ids[:200], kind="approval",
                                      approval_group__in=user.groups.values("name"))
                  .select_related("run").order_by("pk"))
-    decided: dict[int, list[Approval]] = {}
-    for approval in (Approval.objects.filter(step__in=[g.pk for g in gates])
-                     .select_related("user").order_by("at")):
-        decided.setdefault(approval.step_id, []).append(approval)
+    decided = _decisions_by_gate(gates)
     for gate in gates:
-        gate.decisions = [d for d in decided.get(gate.pk, []) if d.attempt == gate.attempt]
+        gate.decisions = approvals_of_attempt(decided.get(gate.pk, []), gate.attempt)[0]
         gate.mine = [d for d in gate.decisions if d.user_id == user.pk]
     return gates
-
-
-def inbox_signature(gates: list) -> str:
-    """What the inbox shows, in a word: the live inbox swaps only when it changes."""
-    import hashlib
-
-    seen = ",".join(f"{g.pk}.{g.attempt}.{len(g.decisions)}.{g.approval_group}" for g in gates)
-    return hashlib.sha256(seen.encode()).hexdigest()[:16]

@@ -529,6 +529,22 @@ def require_program_author(actor, definition: dict) -> None:
                            "commands or shell: that needs the author_command_spec permission.")
 
 
+def _last_version(name: str) -> int:
+    from .models import WorkflowSpec
+
+    return (WorkflowSpec.objects.filter(name=name).order_by("-version")
+            .values_list("version", flat=True).first() or 0)
+
+
+def _create_version(definition: dict, spec_digest: str, version: int, **fields):
+    """A new version row (the (name, version) constraint refuses a taken version)."""
+    from .models import WorkflowSpec
+
+    return WorkflowSpec.objects.create(
+        name=definition["name"], version=version, description=definition["description"],
+        definition=definition, digest=spec_digest, **fields)
+
+
 def store_spec(data, *, actor=None) -> tuple[WorkflowSpec, bool]:  # noqa: F821
     """Validate and store a spec. Returns (spec, created); unchanged specs are not re-stored."""
     from .models import SpecStatus, WorkflowSpec
@@ -548,27 +564,15 @@ def store_spec(data, *, actor=None) -> tuple[WorkflowSpec, bool]:  # noqa: F821
                 if current is not None and current.digest == spec_digest and (
                         declared in (None, current.version)):
                     return current, False
-                last = (
-                    WorkflowSpec.objects.filter(name=definition["name"])
-                    .order_by("-version")
-                    .values_list("version", flat=True)
-                    .first()
-                )
-                if declared is not None and declared != (last or 0) + 1:
+                last = _last_version(definition["name"])
+                if declared is not None and declared != last + 1:
                     raise SpecError(f"spec {definition['name']!r}: version {declared} is not "
-                                    f"the next one; expected {(last or 0) + 1} (or leave "
+                                    f"the next one; expected {last + 1} (or leave "
                                     "version out)")
                 WorkflowSpec.objects.filter(
                     name=definition["name"], status=SpecStatus.ACTIVE
                 ).update(status=SpecStatus.ARCHIVED)
-                spec = WorkflowSpec.objects.create(
-                    name=definition["name"],
-                    version=(last or 0) + 1,
-                    description=definition["description"],
-                    definition=definition,
-                    digest=spec_digest,
-                )
-                return spec, True
+                return _create_version(definition, spec_digest, last + 1), True
         except IntegrityError:
             continue  # a concurrent load took this version; look again
     raise SpecError(f"spec {definition['name']!r}: too many concurrent loads, try again")
@@ -588,14 +592,11 @@ def store_one_off(data, *, actor=None):
                                             digest=spec_digest).first()
         if found is not None:
             return found
-        last = (WorkflowSpec.objects.filter(name=definition["name"]).order_by("-version")
-                .values_list("version", flat=True).first())
         try:
             with transaction.atomic():
-                return WorkflowSpec.objects.create(
-                    name=definition["name"], version=(last or 0) + 1,
-                    description=definition["description"], definition=definition,
-                    digest=spec_digest, status=SpecStatus.ONE_OFF)
+                return _create_version(definition, spec_digest,
+                                       _last_version(definition["name"]) + 1,
+                                       status=SpecStatus.ONE_OFF)
         except IntegrityError:
             continue  # a concurrent load took this version; look again
     raise SpecError(f"spec {definition['name']!r}: too many concurrent loads, try again")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -32,16 +33,34 @@ def check_json(value, where: str) -> None:
             stack.extend((child, f"{path}[{i}]", depth + 1) for i, child in enumerate(item))
 
 
+def readable(value, *, none: str = "") -> str:
+    """A value as a person reads it: yes/no for booleans, JSON for objects and lists, text
+    and numbers as they are; `none` for None."""
+    if value is None:
+        return none
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True, default=str)
+    return str(value)
+
+
 PLACEHOLDER = re.compile(r"{{\s*(state|params)\.([A-Za-z0-9_.-]+)\s*}}")
+
+
+def placeholder_value(match: re.Match, shared_state: dict | None, params: dict | None):
+    """The value a PLACEHOLDER match names (None when missing)."""
+    value = shared_state if match.group(1) == "state" else params
+    for part in match.group(2).split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 def fill(text: str, shared_state: dict | None, params: dict | None) -> str:
     """`{{ state.key }}` and `{{ params.key }}` (dotted for nested values) filled in; a
     missing value reads as empty."""
-    def lookup(match) -> str:
-        value = shared_state if match.group(1) == "state" else params
-        for part in match.group(2).split("."):
-            value = value.get(part) if isinstance(value, dict) else None
+    def text_of(match) -> str:
+        value = placeholder_value(match, shared_state, params)
         return "" if value is None else str(value)
 
-    return PLACEHOLDER.sub(lookup, text or "")
+    return PLACEHOLDER.sub(text_of, text or "")

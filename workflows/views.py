@@ -18,7 +18,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from tollgate.exports import csv_download
-from tollgate.query import MAX_ID, int_param
+from tollgate.query import int_param, whole_number
 
 from . import briefs, engine, links, permissions, selectors, timezones
 from .forms import StartRunForm, gate_form, posted_values
@@ -188,8 +188,8 @@ def _inbox_update(request, gates):
     have = {}
     for item in request.GET.getlist("have")[:500]:
         pk, _, version = item.partition(":")
-        if pk.isascii() and pk.isdigit() and len(pk) <= 18 and int(pk) <= MAX_ID:
-            have[int(pk)] = version
+        if (gate_id := whole_number(pk)) is not None:
+            have[gate_id] = version
     current = {gate.pk for gate in gates}
     arrived = [gate for gate in gates if gate.pk not in have]
     changed = [gate for gate in gates if gate.pk in have and have[gate.pk] != gate.version]
@@ -204,8 +204,7 @@ def _inbox_update(request, gates):
 def inbox_bulk(request):
     """Approve or reject the ticked gates with one comment (engine.decide_many); a gate that
     could not be decided says why in its own card, in the error style."""
-    picked = [int(pk) for pk in request.POST.getlist("gate")
-              if pk.isascii() and pk.isdigit() and len(pk) <= 18 and int(pk) <= MAX_ID]
+    picked = [pk for pk in map(whole_number, request.POST.getlist("gate")) if pk is not None]
     done, refused, problem = [], {}, ""
     if not picked:
         problem = "Tick the gates to decide first."

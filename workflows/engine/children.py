@@ -33,7 +33,7 @@ from ..models import (
     StepStatus,
     WorkflowSpec,
 )
-from ..values import PLACEHOLDER, fill
+from ..values import PLACEHOLDER, fill, placeholder_value
 from .commit import commit
 from .errors import WorkflowError
 from .moves import clear_lease
@@ -50,10 +50,7 @@ def child_params(template: dict, shared_state: dict, params: dict) -> dict:
         if isinstance(item, str):
             whole = WHOLE_PLACEHOLDER.match(item)
             if whole:
-                found = shared_state if whole.group(1) == "state" else params
-                for part in whole.group(2).split("."):
-                    found = found.get(part) if isinstance(found, dict) else None
-                return found
+                return placeholder_value(whole, shared_state, params)
             return fill(item, shared_state, params)
         if isinstance(item, dict):
             return {k: value(v) for k, v in item.items()}

@@ -244,8 +244,9 @@ def _announce(state: RunState, checkpoint: Checkpoint, frontier, failed, previou
     out, the sweeper rings again."""
     run = state.run
     # A cancel sets the status before its commit: the status as loaded says what it was.
-    previous_status = min(previous_status, state.run_loaded["status"],
-                          key=lambda status: status in TERMINAL_RUN_STATUSES)
+    loaded = state.run_loaded["status"]
+    if previous_status in TERMINAL_RUN_STATUSES and loaded not in TERMINAL_RUN_STATUSES:
+        previous_status = loaded
     announcement = Announcement(run.pk, checkpoint, run.status, previous_status,
                                 run.priority_rank, state.compensations_planned,
                                 parent_step_id=run.parent_step_id)

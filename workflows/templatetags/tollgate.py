@@ -9,6 +9,8 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from markdown_it import MarkdownIt
 
+from workflows.values import readable
+
 register = template.Library()
 
 # Instructions are Markdown (CommonMark, tables), raw HTML off, then sanitised: what a spec
@@ -116,9 +118,6 @@ def countdown(due) -> str:
 
 @register.filter
 def human(value) -> str:
-    """A value as a person reads it: yes/no for booleans, JSON for objects and lists."""
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, dict | list):
-        return json.dumps(value, sort_keys=True, default=str)
-    return "" if value is None else str(value)
+    """A value as a person reads it (values.readable): yes/no for booleans, JSON for
+    objects and lists."""
+    return readable(value)
