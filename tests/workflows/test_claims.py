@@ -70,9 +70,13 @@ def test_a_worker_goes_on_with_its_run_unless_another_waits_longer():
     # `run` was last served before `other` came: it goes on once more, then takes its turn.
     nxt = finish(nxt, chain_on=True).next_step
     assert (nxt.run_id, nxt.key) == (run.pk, "s2")
-    assert finish(nxt, chain_on=True).next_step is None
-    assert claim().run_id == other.pk
+    # The worker goes on with the run that waited longer, in the completion's transaction.
+    completed = finish(nxt, chain_on=True)
+    taken = completed.next_step
+    assert (taken.run_id, taken.key, taken.status) == (other.pk, "s0", "running")
+    assert Step.objects.get(pk=taken.pk).status == "running"
     assert Run.objects.get(pk=run.pk).claimable_at is not None  # s3 is still there for later
+    assert claim().run_id == run.pk  # and `run` is served next, as its turn comes
 
 
 def test_max_parallel_caps_the_steps_a_run_runs_at_once():

@@ -373,20 +373,25 @@ def locked(run, *, key: str | None = None, step_id: int | None = None,
         state.flush()
 
 
-def next_claimable_run() -> int | None:
+def next_claimable_run(*, besides: int | None = None, wait: bool = True) -> int | None:
     """The run a claim serves next (see rules.claimable_at): highest priority first, then
     the one a worker served longest ago. On PostgreSQL a run another worker is claiming
-    from is skipped, unless no other has work."""
-    text = (f"SELECT id FROM {RUN.name} WHERE claimable_at <= %s "
-            "ORDER BY priority_rank DESC, served_at, id LIMIT 1")
-    now = clock.now()
+    from is skipped, unless no other has work (and `wait`: a caller holding another run's
+    lock must not wait for one, or two such callers could wait on each other). `besides`
+    leaves out the run the caller holds already."""
+    text = f"SELECT id FROM {RUN.name} WHERE claimable_at <= %s"
+    params = [clock.now()]
+    if besides is not None:
+        text += " AND id <> %s"
+        params.append(besides)
+    text += " ORDER BY priority_rank DESC, served_at, id LIMIT 1"
     with sql.cursor() as cursor:
         if sql.is_postgres():
-            cursor.execute(text + " FOR UPDATE SKIP LOCKED", [now])
+            cursor.execute(text + " FOR UPDATE SKIP LOCKED", params)
             row = cursor.fetchone()
-            if row:
-                return row[0]
-        cursor.execute(text, [now])
+            if row or not wait:
+                return row[0] if row else None
+        cursor.execute(text, params)
         row = cursor.fetchone()
     return row[0] if row else None
 

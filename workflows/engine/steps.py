@@ -202,11 +202,12 @@ def complete_step(run, key: str, *, actor=None, summary: str = "", evidence=None
 
 
 def _chain(state: RunState, checkpoint: Checkpoint, chain: Chain) -> Step | None:
-    """The run's next ready step, started for the worker that offered to go on; None when
-    there is none, or when another run has waited longer for a worker (the worker claims
-    for that one instead: no run starves another)."""
+    """The step the worker that offered to go on starts next, in the completion's
+    transaction: the run's next ready step, or, when another run has waited longer for a
+    worker, that run's (no run starves another, and a busy worker still commits once per
+    step). None when there is none to take now."""
     if state.fairer_waiting:
-        return None
+        return _claim_elsewhere(state.run.pk, chain)
     now = clock.now()
     step = state.first_ready(now)
     if step is None or not may_start(state.run, step, now,
@@ -218,6 +219,30 @@ def _chain(state: RunState, checkpoint: Checkpoint, chain: Chain) -> Step | None
         announcement.ring.remove(step.pk)  # this worker runs it: no doorbell
     return _start(state, step, f"worker {chain.owner}", chain.owner, chain.lease_seconds,
                   chain.holder)
+
+
+def _claim_elsewhere(held: int, chain: Chain) -> Step | None:
+    """Claim for the chaining worker the step of the run that waited longest, besides the
+    run it holds; a run another worker is claiming from is passed over rather than waited
+    for (this transaction holds a run's lock already)."""
+    run_id = next_claimable_run(besides=held, wait=False)
+    if run_id is None:
+        return None
+    try:
+        state = load(run_id)
+    except NotFound:
+        return None
+    now = clock.now()
+    step = state.first_ready(now)
+    if step is None or not may_start(state.run, step, now,
+                                     held_back=state.hard_failure() is not None,
+                                     running=state.running_count()):
+        _reschedule(state)  # its claim time was stale
+        state.flush()
+        return None
+    _start(state, step, f"worker {chain.owner}", chain.owner, chain.lease_seconds, chain.holder)
+    state.flush()
+    return step
 
 
 def fail_step(run, key: str, *, actor=None, summary: str = "", evidence=None,
