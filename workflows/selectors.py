@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, F, Q, QuerySet, Value
+from django.db.models import Count, F, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils.timezone import now as timezone_now
 
@@ -68,9 +68,11 @@ def runs(*, status: str | list[str] = "", spec: str = "", goal: int | None = Non
     if goal is not None:
         found = found.filter(goal_id=goal)
     if q := q.strip():
-        found = found.filter(Q(title__icontains=q) | Q(idempotency_key__icontains=q)
-                             | Q(ref__icontains=q) | Q(spec_name__icontains=q)
-                             | Q(requested_by__username__iexact=q))
+        # One indexed column (trigram on PostgreSQL) or the requester, looked up once.
+        users = Run._meta.get_field("requested_by").related_model.objects
+        requester_id = users.filter(username__iexact=q).values("pk")[:1]
+        found = found.filter(Q(search_text__contains=q.lower())
+                             | Q(requested_by_id=Subquery(requester_id)))
     if requester:
         found = found.filter(requested_by__username=requester)
     for field, start, end in (("created_at", opened_from, opened_to),
