@@ -1,3 +1,6 @@
+import functools
+
+
 def inbox(request):
     """The count of gates waiting on the signed-in user, for the navigation."""
     user = getattr(request, "user", None)
@@ -6,5 +9,6 @@ def inbox(request):
     from .permissions import can_export_audit
     from .selectors import inbox_count
 
-    return {"inbox_count": lambda: inbox_count(user),
+    # Read once per response, however many places show it.
+    return {"inbox_count": functools.cache(lambda: inbox_count(user)),
             "can_export_audit": lambda: can_export_audit(user)}

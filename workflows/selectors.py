@@ -267,10 +267,24 @@ def fill_placeholders(text: str, run: Run) -> str:
     return fill(text, run.shared_state, run.params)
 
 
+# The inbox shows this many gates, the oldest first: a page that stays quick whatever the
+# backlog, and the ones to decide first.
+INBOX_LIMIT = 100
+
+
 def inbox_gates(user) -> list:
-    """The gates waiting on this user, oldest first, each with its evidence."""
+    """The oldest gates waiting on this user (at most INBOX_LIMIT), each with its evidence."""
     return gate_evidence(list(decidable_by(user).select_related(
-        "run", "run__spec", "run__goal", "run__requested_by")))
+        "run", "run__spec", "run__goal", "run__requested_by")[:INBOX_LIMIT]))
+
+
+def inbox_versions(user) -> dict[int, str]:
+    """The inbox's gates by id with their `version` (see gate_evidence), in one query and
+    without their evidence: what a live inbox's poll compares before it builds any card."""
+    rows = (decidable_by(user)
+            .annotate(decided=Count("approvals", filter=Q(approvals__attempt=F("attempt"))))
+            .values_list("pk", "attempt", "decided")[:INBOX_LIMIT])
+    return {pk: f"{attempt}.{decided}" for pk, attempt, decided in rows}
 
 
 def approvals_of_attempt(decisions, attempt: int) -> tuple[list, int]:

@@ -171,29 +171,34 @@ def run_list(request):
 
 @require_GET
 def inbox(request):
-    gates = selectors.inbox_gates(request.user)
     if request.htmx and "poll" in request.GET:
-        return _inbox_update(request, gates)
+        return _inbox_update(request)
     template = "workflows/inbox.html"
     if request.htmx:
         template += "#gates"
-    return render(request, template, {"gates": gates})
+    return render(request, template, {"gates": selectors.inbox_gates(request.user),
+                                      "inbox_limit": selectors.INBOX_LIMIT})
 
 
-def _inbox_update(request, gates):
+def _inbox_update(request):
     """What changed since the open inbox's last look, as out-of-band swaps around the cards
     it has (each sends "id:version"): new gates are added, changed quorum lines replaced,
     gates that no longer wait on this user turn into their decided state. A card a person
-    is typing in is never replaced while it waits; nothing changed is a 204."""
+    is typing in is never replaced while it waits; nothing changed is a 204, found from the
+    gates' versions alone (no card is built for it)."""
     have = {}
     for item in request.GET.getlist("have")[:500]:
         pk, _, version = item.partition(":")
         if (gate_id := whole_number(pk)) is not None:
             have[gate_id] = version
-    current = {gate.pk for gate in gates}
+    current = selectors.inbox_versions(request.user)
+    left_ids = [pk for pk in have if pk not in current]
+    if not left_ids and all(have.get(pk) == version for pk, version in current.items()):
+        return HttpResponse(status=204)
+    gates = selectors.inbox_gates(request.user)
     arrived = [gate for gate in gates if gate.pk not in have]
     changed = [gate for gate in gates if gate.pk in have and have[gate.pk] != gate.version]
-    left = selectors.gates_left(request.user, [pk for pk in have if pk not in current])
+    left = selectors.gates_left(request.user, left_ids)
     if not (arrived or changed or left):
         return HttpResponse(status=204)
     return render(request, "workflows/inbox.html#inbox-update",

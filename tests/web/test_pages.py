@@ -7,7 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from goals.models import Goal
-from workflows import engine
+from workflows import engine, selectors
 from workflows.models import Approval, Checkpoint, Run
 
 pytestmark = pytest.mark.django_db
@@ -560,6 +560,37 @@ class TestLiveInbox:
         assert f'id="gate-{gate.pk}" hx-swap-oob="true"' in body
         assert "No longer waits on you: bob approved; run cancelled." in body
         assert "Approve selected" not in body  # one gate left: no bulk bar
+
+    def test_a_quiet_poll_builds_no_card_whatever_the_backlog(self, client, waiting, people,
+                                                               release_spec):
+        as_user(client, people["carol"])
+
+        def quiet_poll() -> int:
+            have = [f"{pk}:{version}" for pk, version in
+                    selectors.inbox_versions(people["carol"]).items()]
+            with CaptureQueriesContext(connection) as queries:
+                assert client.get("/", {"poll": 1, "have": have}, **HTMX).status_code == 204
+            return len(queries)
+
+        few = quiet_poll()
+        for _ in range(5):
+            run = engine.open_run(release_spec, actor=people["alice"]).run
+            engine.start_step(run, "build")
+            engine.complete_step(run, "build")
+        assert quiet_poll() == few <= 4  # session, user, the versions: no evidence read
+
+    def test_the_inbox_shows_the_oldest_gates_up_to_its_limit(self, client, waiting, people,
+                                                             release_spec, monkeypatch):
+        monkeypatch.setattr(selectors, "INBOX_LIMIT", 2)
+        for _ in range(2):
+            run = engine.open_run(release_spec, actor=people["alice"]).run
+            engine.start_step(run, "build")
+            engine.complete_step(run, "build")
+        as_user(client, people["carol"])
+        body = client.get("/").content.decode()
+        assert body.count('class="card gate"') == 2
+        assert "Showing the 2 oldest of the 3 gates waiting on you" in body
+        assert f'id="gate-{waiting.steps.get(key="qa").pk}"' in body  # the oldest is shown
 
     def test_a_poll_cannot_probe_gates_of_other_groups(self, client, waiting, people):
         as_user(client, people["erin"])  # in no group
