@@ -269,7 +269,7 @@ def fill_placeholders(text: str, run: Run) -> str:
 
 # The inbox shows this many gates, the oldest first: a page that stays quick whatever the
 # backlog, and the ones to decide first.
-INBOX_LIMIT = 100
+INBOX_LIMIT = 50
 
 
 def inbox_gates(user) -> list:
