@@ -1,0 +1,40 @@
+"""`make bench` cannot rot: every section runs at its smallest size on the database this
+suite runs on, and fills its rows (the figures themselves are the bench's, not a test's)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.run import Bench, table  # noqa: E402
+
+
+def test_every_bench_section_runs_at_its_smallest_size(tmp_path):
+    backend = "postgres" if connection.vendor == "postgresql" else "sqlite"
+    out = tmp_path / "bench.json"
+    done = subprocess.run([sys.executable, "bench/run.py", "--size", "smoke", "--only", backend,
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    (result,) = report["results"]
+    assert result.get("failed", {}) == {}, result.get("failed")
+    for section in ("floor", "linear", "fan_out", "runs", "fairness", "approval_round_trip_ms",
+                    "scaleout", "profile", "pages", "sweeper", "http", "soak", "storage"):
+        assert section in result, f"no {section} figures"
+    assert set(report["sections"]) == set(Bench.SECTIONS)
+    assert result["pages"]["queries_independent_of_size"], result["pages"]
+    assert result["soak"]["runs_not_completed"] == 0
+    if backend == "postgres":
+        assert [(row["consumers"], row["threads"]) for row in result["scaleout"]["rows"]] == \
+            [(1, 2), (2, 2)]
+        assert all(row["steps_per_s"] > 0 for row in result["scaleout"]["rows"])
+    printed = table([result])
+    assert "floor: UPDATE+INSERT transaction ms" in printed
