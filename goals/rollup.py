@@ -62,7 +62,9 @@ run_counts AS (
     SELECT sub.root_id,
         SUM(CASE WHEN r.status IN {open_run} THEN 1 ELSE 0 END) AS runs_open,
         SUM(CASE WHEN r.status = '{completed}' THEN 1 ELSE 0 END) AS runs_completed,
-        SUM(CASE WHEN r.status = '{failed}' THEN 1 ELSE 0 END) AS runs_failed
+        SUM(CASE WHEN r.status = '{failed}' THEN 1 ELSE 0 END) AS runs_failed,
+        SUM(CASE WHEN r.status != '{cancelled}' THEN r.steps_total ELSE 0 END) AS steps_total,
+        SUM(CASE WHEN r.status != '{cancelled}' THEN r.steps_done ELSE 0 END) AS steps_done
     FROM sub JOIN workflows_run r ON r.goal_id = sub.id GROUP BY sub.root_id
 ),
 pruned_counts AS (
@@ -71,29 +73,25 @@ pruned_counts AS (
         SUM(g.pruned_steps_done) AS steps_done
     FROM sub JOIN goals_goal g ON g.id = sub.id GROUP BY sub.root_id
 ),
-step_counts AS (
-    SELECT sub.root_id,
-        COUNT(*) AS steps_total,
-        SUM(CASE WHEN s.status IN {step_done} THEN 1 ELSE 0 END) AS steps_done,
-        SUM(CASE WHEN s.status = '{waiting}' THEN 1 ELSE 0 END) AS gates_waiting,
-        MIN(CASE WHEN s.status = '{waiting}' THEN s.waiting_since END) AS oldest_gate
+gate_counts AS (
+    SELECT sub.root_id, COUNT(*) AS gates_waiting, MIN(s.waiting_since) AS oldest_gate
     FROM sub JOIN workflows_run r ON r.goal_id = sub.id
     JOIN workflows_step s ON s.run_id = r.id
-    WHERE r.status != '{cancelled}'
+    WHERE s.status = '{waiting}'
     GROUP BY sub.root_id
 )
 SELECT gc.root_id, COALESCE(cc.children, 0), gc.descendants,
     COALESCE(rc.runs_open, 0),
     COALESCE(rc.runs_completed, 0) + COALESCE(pc.runs_completed, 0),
     COALESCE(rc.runs_failed, 0) + COALESCE(pc.runs_failed, 0),
-    COALESCE(sc.gates_waiting, 0),
-    COALESCE(sc.steps_total, 0) + COALESCE(pc.steps_total, 0),
-    COALESCE(sc.steps_done, 0) + COALESCE(pc.steps_done, 0),
-    sc.oldest_gate
+    COALESCE(wc.gates_waiting, 0),
+    COALESCE(rc.steps_total, 0) + COALESCE(pc.steps_total, 0),
+    COALESCE(rc.steps_done, 0) + COALESCE(pc.steps_done, 0),
+    wc.oldest_gate
 FROM goal_counts gc
 LEFT JOIN child_counts cc ON cc.root_id = gc.root_id
 LEFT JOIN run_counts rc ON rc.root_id = gc.root_id
-LEFT JOIN step_counts sc ON sc.root_id = gc.root_id
+LEFT JOIN gate_counts wc ON wc.root_id = gc.root_id
 LEFT JOIN pruned_counts pc ON pc.root_id = gc.root_id
 """
 
@@ -119,7 +117,6 @@ def rollups(goal_ids, *, subtrees: bool = True) -> dict[int, Rollup]:
         subtrees=sub, ids=placeholders,
         open_run=_quoted(OPEN_RUN_STATUSES), completed=RunStatus.COMPLETED,
         failed=RunStatus.FAILED, cancelled=RunStatus.CANCELLED,
-        step_done=_quoted((StepStatus.COMPLETED, StepStatus.SKIPPED)),
         waiting=StepStatus.WAITING_APPROVAL)
     with connection.cursor() as cursor:
         cursor.execute(sql, ids + ids)

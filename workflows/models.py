@@ -65,6 +65,8 @@ UNDER_WAY_STEP_STATUSES = (
     StepStatus.BLOCKED,
 )
 OPEN_STEP_STATUSES = (StepStatus.PENDING, *UNDER_WAY_STEP_STATUSES)
+# What progress counts as done (a run's steps_done, the goal rollups).
+DONE_STEP_STATUSES = (StepStatus.COMPLETED, StepStatus.SKIPPED)
 
 
 class StepKind(models.TextChoices):
@@ -150,6 +152,10 @@ class Run(models.Model):
     parent_step = models.ForeignKey("Step", null=True, blank=True, on_delete=models.SET_NULL,
                                     related_name="child_runs", editable=False)
     checkpoint_seq = models.PositiveIntegerField(default=0, editable=False)
+    # Kept by the transaction that changes a step, so a goal's rollup adds up its runs rather
+    # than reading every step under it.
+    steps_total = models.PositiveIntegerField(default=0, editable=False)
+    steps_done = models.PositiveIntegerField(default=0, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -182,6 +188,8 @@ class Run(models.Model):
                 condition=Q(status__in=OPEN_RUN_STATUSES) & ~Q(idempotency_key=""),
                 name="run_one_open_per_key",
             ),
+            models.CheckConstraint(condition=Q(steps_done__lte=models.F("steps_total")),
+                                   name="run_steps_done_within_total"),
         ]
 
     def __str__(self) -> str:

@@ -103,28 +103,23 @@ def prune_runs(older_than_days: float, out, *, batch: int = 200, now=None) -> in
 def _keep_rollups_true(run_ids: list[int]) -> None:
     """Add what the runs counted in their goals' rollups to the goals' pruned counters
     (cancelled runs count for nothing there, as in the rollup)."""
-    from django.db.models import Count, F, Q
+    from django.db.models import Count, F, Q, Sum
 
     from goals.models import Goal
 
-    from .models import RunStatus, StepStatus
+    from .models import RunStatus
 
     runs = (Run.objects.filter(pk__in=run_ids, goal__isnull=False)
             .exclude(status=RunStatus.CANCELLED).values("goal_id")
             .annotate(completed=Count("pk", filter=Q(status=RunStatus.COMPLETED)),
-                      failed=Count("pk", filter=Q(status=RunStatus.FAILED))).order_by())
-    steps = {row["run__goal_id"]: row for row in (
-        Step.objects.filter(run_id__in=run_ids, run__goal__isnull=False)
-        .exclude(run__status=RunStatus.CANCELLED).values("run__goal_id")
-        .annotate(total=Count("pk"), done=Count("pk", filter=Q(
-            status__in=(StepStatus.COMPLETED, StepStatus.SKIPPED)))).order_by())}
+                      failed=Count("pk", filter=Q(status=RunStatus.FAILED)),
+                      steps_total=Sum("steps_total"), steps_done=Sum("steps_done")).order_by())
     for row in runs:
-        counted = steps.get(row["goal_id"], {"total": 0, "done": 0})
         Goal.objects.filter(pk=row["goal_id"]).update(
             pruned_runs_completed=F("pruned_runs_completed") + row["completed"],
             pruned_runs_failed=F("pruned_runs_failed") + row["failed"],
-            pruned_steps_total=F("pruned_steps_total") + counted["total"],
-            pruned_steps_done=F("pruned_steps_done") + counted["done"])
+            pruned_steps_total=F("pruned_steps_total") + row["steps_total"],
+            pruned_steps_done=F("pruned_steps_done") + row["steps_done"])
 
 
 def _delete_runs(run_ids: list[int]) -> None:

@@ -142,6 +142,13 @@ class EngineMachine(RuleBasedStateMachine):
         self.run.steps.filter(status="retrying").update(retry_after=None)
 
     @rule()
+    def add_step(self):
+        self.added = getattr(self, "added", 0) + 1
+        self.apply(lambda: engine.add_steps(
+            self.run, [{"key": f"added{self.added}", "depends_on": ["a"]}],
+            actor=self.users[2])[0])
+
+    @rule()
     def cancel(self):
         self.apply(lambda: engine.cancel_run(self.run))
 
@@ -171,6 +178,14 @@ class EngineMachine(RuleBasedStateMachine):
         assert run.status == rules.run_status(
             run, steps, unsettled=not all(rules.settled(s) for s in steps),
             moved=any(s.attempt > 0 or s.status == "skipped" for s in steps))
+
+    @invariant()
+    def step_counts_match_steps(self):
+        # The goal rollups add these up instead of reading the steps.
+        run = Run.objects.get(pk=self.run.pk)
+        statuses = list(run.steps.values_list("status", flat=True))
+        assert (run.steps_total, run.steps_done) == (
+            len(statuses), sum(1 for s in statuses if s in ("completed", "skipped")))
 
     @invariant()
     def dependency_counts_match_steps(self):

@@ -35,3 +35,25 @@ def test_existing_steps_get_their_dependents_and_unsettled_counts():
     edges = {s.key: (s.dependents, s.waiting_on) for s in Step.objects.filter(run_id=run.pk)}
     assert edges == {"build": (["test", "ship"], 0), "lint": (["test"], 0),
                      "test": (["ship"], 0), "ship": ([], 1)}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_existing_runs_get_their_step_counts():
+    before = ("workflows", "0027_run_search_text")
+    call_command("migrate", *before, verbosity=0)
+    try:
+        apps = MigrationExecutor(connection).loader.project_state(before).apps
+        spec = apps.get_model("workflows", "WorkflowSpec").objects.create(
+            name="counted", version=1, definition={"steps": []})
+        run = apps.get_model("workflows", "Run").objects.create(
+            spec=spec, spec_name="counted", title="counted")
+        old_step = apps.get_model("workflows", "Step")
+        for index, status in enumerate(["completed", "skipped", "compensated", "failed",
+                                        "pending"]):
+            old_step.objects.create(run=run, key=f"s{index}", index=index, kind="run",
+                                    status=status)
+    finally:
+        call_command("migrate", "workflows", verbosity=0)
+    from workflows.models import Run
+
+    assert Run.objects.filter(pk=run.pk).values_list("steps_total", "steps_done").get() == (5, 2)

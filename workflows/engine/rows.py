@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from django.db import connection, transaction
 
 from .. import clock
-from ..models import STEP_FRONTIER, Checkpoint, Run, Step, StepKind, StepStatus
+from ..models import DONE_STEP_STATUSES, STEP_FRONTIER, Checkpoint, Run, Step, StepKind, StepStatus
 from . import sql
 from .errors import NotFound
 from .rules import PENDING_READY, in_frontier, is_ready, settled
@@ -159,8 +159,12 @@ class RunState:
         """Write the changed steps and run row and the new checkpoints."""
         now = clock.now()
         groups: dict[tuple, list] = {}
+        run = self.run
         for step in self.steps.values():
             changed = _changed(step)
+            if "status" in changed:
+                run.steps_done += ((step.status in DONE_STEP_STATUSES)
+                                   - (step.as_loaded["status"] in DONE_STEP_STATUSES))
             if changed:
                 names = (*changed, "updated_at")
                 groups.setdefault(names, []).append(
@@ -168,7 +172,6 @@ class RunState:
                 step.updated_at = now
                 _snapshot(step)
         statements = [STEP.update_many(names, rows) for names, rows in groups.items()]
-        run = self.run
         run_changes = {name: getattr(run, name) for name in RUN_COLUMNS
                        if getattr(run, name) != self.run_loaded[name]}
         if run_changes or self.checkpoints:

@@ -136,6 +136,7 @@ def open_run(
                 ref=ref,
                 caller_next_action=next_action,
                 parent_step=parent_step,
+                steps_total=len(spec.definition["steps"]),
             )
             insert_steps(_new_steps(run, spec.definition["steps"]))
             state = load(run.pk)
@@ -327,6 +328,7 @@ def add_steps(run, items, *, actor=None) -> list[Checkpoint]:
             step.waiting_on = sum(1 for dep in step.depends_on
                                   if existing.get(dep) not in SETTLED_STATUSES)
             step.save()
+            run.steps_total += 1
             for dep in step.depends_on:
                 parent = Step.objects.filter(run=run, key=dep).only("dependents").first()
                 Step.objects.filter(pk=parent.pk).update(dependents=[*parent.dependents,
