@@ -48,14 +48,6 @@ class Goal(models.Model):
     success_signal = models.CharField(max_length=500, blank=True)
     blocker_reason = models.CharField(max_length=500, blank=True)
     shared_state = models.JSONField(default=dict, blank=True)
-    # What pruned runs (manage.py prune_runs) leave behind, so rollups stay true after them.
-    pruned_runs_completed = models.PositiveIntegerField(default=0, db_default=0,
-                                                        editable=False)
-    pruned_runs_failed = models.PositiveIntegerField(default=0, db_default=0, editable=False)
-    pruned_steps_total = models.PositiveBigIntegerField(default=0, db_default=0,
-                                                        editable=False)
-    pruned_steps_done = models.PositiveBigIntegerField(default=0, db_default=0,
-                                                       editable=False)
     opened_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
     closed_at = models.DateTimeField(null=True, blank=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils.dateparse import parse_datetime
 from django.utils.timezone import is_naive, make_aware
 
-from workflows.models import OPEN_RUN_STATUSES, RunStatus, StepStatus
+from workflows.models import OPEN_RUN_STATUSES, StepStatus
 
 from . import tree
 
@@ -59,19 +59,16 @@ child_counts AS (
     WHERE parent_id IN ({ids}) GROUP BY parent_id
 ),
 run_counts AS (
-    SELECT sub.root_id,
-        SUM(CASE WHEN r.status IN {open_run} THEN 1 ELSE 0 END) AS runs_open,
-        SUM(CASE WHEN r.status = '{completed}' THEN 1 ELSE 0 END) AS runs_completed,
-        SUM(CASE WHEN r.status = '{failed}' THEN 1 ELSE 0 END) AS runs_failed,
-        SUM(CASE WHEN r.status != '{cancelled}' THEN r.steps_total ELSE 0 END) AS steps_total,
-        SUM(CASE WHEN r.status != '{cancelled}' THEN r.steps_done ELSE 0 END) AS steps_done
-    FROM sub JOIN workflows_run r ON r.goal_id = sub.id GROUP BY sub.root_id
+    SELECT sub.root_id, COUNT(*) AS runs_open, SUM(r.steps_total) AS steps_total,
+        SUM(r.steps_done) AS steps_done
+    FROM sub JOIN workflows_run r ON r.goal_id = sub.id
+    WHERE r.status IN {open_run} GROUP BY sub.root_id
 ),
-pruned_counts AS (
-    SELECT sub.root_id, SUM(g.pruned_runs_completed) AS runs_completed,
-        SUM(g.pruned_runs_failed) AS runs_failed, SUM(g.pruned_steps_total) AS steps_total,
-        SUM(g.pruned_steps_done) AS steps_done
-    FROM sub JOIN goals_goal g ON g.id = sub.id GROUP BY sub.root_id
+tally_counts AS (
+    SELECT sub.root_id, SUM(t.runs_completed) AS runs_completed,
+        SUM(t.runs_failed) AS runs_failed, SUM(t.steps_total) AS steps_total,
+        SUM(t.steps_done) AS steps_done
+    FROM sub JOIN workflows_goaltally t ON t.goal_id = sub.id GROUP BY sub.root_id
 ),
 gate_counts AS (
     SELECT sub.root_id, COUNT(*) AS gates_waiting, MIN(s.waiting_since) AS oldest_gate
@@ -81,18 +78,16 @@ gate_counts AS (
     GROUP BY sub.root_id
 )
 SELECT gc.root_id, COALESCE(cc.children, 0), gc.descendants,
-    COALESCE(rc.runs_open, 0),
-    COALESCE(rc.runs_completed, 0) + COALESCE(pc.runs_completed, 0),
-    COALESCE(rc.runs_failed, 0) + COALESCE(pc.runs_failed, 0),
+    COALESCE(rc.runs_open, 0), COALESCE(tc.runs_completed, 0), COALESCE(tc.runs_failed, 0),
     COALESCE(wc.gates_waiting, 0),
-    COALESCE(rc.steps_total, 0) + COALESCE(pc.steps_total, 0),
-    COALESCE(rc.steps_done, 0) + COALESCE(pc.steps_done, 0),
+    COALESCE(rc.steps_total, 0) + COALESCE(tc.steps_total, 0),
+    COALESCE(rc.steps_done, 0) + COALESCE(tc.steps_done, 0),
     wc.oldest_gate
 FROM goal_counts gc
 LEFT JOIN child_counts cc ON cc.root_id = gc.root_id
 LEFT JOIN run_counts rc ON rc.root_id = gc.root_id
 LEFT JOIN gate_counts wc ON wc.root_id = gc.root_id
-LEFT JOIN pruned_counts pc ON pc.root_id = gc.root_id
+LEFT JOIN tally_counts tc ON tc.root_id = gc.root_id
 """
 
 
@@ -115,8 +110,7 @@ def rollups(goal_ids, *, subtrees: bool = True) -> dict[int, Rollup]:
            f"({placeholders}))")
     sql = SQL.format(
         subtrees=sub, ids=placeholders,
-        open_run=_quoted(OPEN_RUN_STATUSES), completed=RunStatus.COMPLETED,
-        failed=RunStatus.FAILED, cancelled=RunStatus.CANCELLED,
+        open_run=_quoted(OPEN_RUN_STATUSES),
         waiting=StepStatus.WAITING_APPROVAL)
     with connection.cursor() as cursor:
         cursor.execute(sql, ids + ids)
@@ -147,3 +141,45 @@ def family_rollups(parent_id: int, child_ids) -> dict[int, Rollup]:
 def rollup(goal_id: int) -> Rollup:
     """Rollup of one goal's subtree."""
     return rollups([goal_id])[goal_id]
+
+
+FOLD_BATCH = 5_000  # tally changes per statement
+
+
+def fold_tallies() -> int:
+    """Fold the goals' tally changes into one row per goal, so rollups read few rows (the
+    periodic fold_goal_tallies task). Returns how many changes were folded.
+
+    Each batch is deleted and added to the folded rows in one transaction; the changes a
+    batch deletes are exactly the ones it adds, so a fold racing another, or a transition
+    adding a change, loses and repeats nothing."""
+    folded = 0
+    while True:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "DELETE FROM workflows_goaltally WHERE id IN (SELECT id FROM "
+                "workflows_goaltally WHERE NOT folded ORDER BY id LIMIT %s) RETURNING "
+                "goal_id, runs_completed, runs_failed, steps_total, steps_done", [FOLD_BATCH])
+            changes = cursor.fetchall()
+            sums: dict[int, list[int]] = {}
+            for goal_id, *counts in changes:
+                total = sums.setdefault(goal_id, [0, 0, 0, 0])
+                for i, value in enumerate(counts):
+                    total[i] += value
+            if sums:
+                # Goal order: two folds at once lock the folded rows in the same order.
+                rows = sorted(sums.items())
+                # The unique index's own predicate, as each database writes it.
+                flag = "folded" if connection.vendor == "postgresql" else "folded = 1"
+                cursor.execute(
+                    "INSERT INTO workflows_goaltally (goal_id, runs_completed, runs_failed, "
+                    "steps_total, steps_done, folded) VALUES "
+                    + ", ".join(["(%s, %s, %s, %s, %s, TRUE)"] * len(rows))
+                    + f" ON CONFLICT (goal_id) WHERE {flag} DO UPDATE SET "
+                    + ", ".join(f"{name} = workflows_goaltally.{name} + excluded.{name}"
+                                for name in ("runs_completed", "runs_failed", "steps_total",
+                                             "steps_done")),
+                    [value for goal_id, counts in rows for value in (goal_id, *counts)])
+        folded += len(changes)
+        if len(changes) < FOLD_BATCH:
+            return folded

@@ -221,6 +221,29 @@ STEP_FRONTIER = (
 )
 
 
+class GoalTally(models.Model):
+    """What a goal's finished runs add to its rollup, as changes: the transaction that
+    finishes a run under the goal, reopens it, or moves its counts while it is finished adds
+    a row; the sweep folds them into one row per goal. So a rollup reads a row per goal and
+    the runs still open, never every finished run (and a pruned run's counts stay)."""
+
+    goal = models.ForeignKey("goals.Goal", on_delete=models.CASCADE, related_name="+")
+    runs_completed = models.IntegerField(default=0)
+    runs_failed = models.IntegerField(default=0)
+    steps_total = models.BigIntegerField(default=0)
+    steps_done = models.BigIntegerField(default=0)
+    folded = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["goal"], condition=Q(folded=True),
+                                    name="goal_tally_one_folded_per_goal"),
+        ]
+
+    def __str__(self) -> str:
+        return f"goal {self.goal_id} {'tally' if self.folded else 'change'}"
+
+
 class HeldByProcess(models.Model):
     """Who holds a leased attempt: the consumer process (host, boot, pid, start time). The
     sweeper reclaims a lease only once that holder is gone."""

@@ -100,32 +100,9 @@ def prune_runs(older_than_days: float, out, *, batch: int = 200, now=None) -> in
         deleted += len(still)
 
 
-def _keep_rollups_true(run_ids: list[int]) -> None:
-    """Add what the runs counted in their goals' rollups to the goals' pruned counters
-    (cancelled runs count for nothing there, as in the rollup)."""
-    from django.db.models import Count, F, Q, Sum
-
-    from goals.models import Goal
-
-    from .models import RunStatus
-
-    runs = (Run.objects.filter(pk__in=run_ids, goal__isnull=False)
-            .exclude(status=RunStatus.CANCELLED).values("goal_id")
-            .annotate(completed=Count("pk", filter=Q(status=RunStatus.COMPLETED)),
-                      failed=Count("pk", filter=Q(status=RunStatus.FAILED)),
-                      steps_total=Sum("steps_total"), steps_done=Sum("steps_done")).order_by())
-    for row in runs:
-        Goal.objects.filter(pk=row["goal_id"]).update(
-            pruned_runs_completed=F("pruned_runs_completed") + row["completed"],
-            pruned_runs_failed=F("pruned_runs_failed") + row["failed"],
-            pruned_steps_total=F("pruned_steps_total") + row["steps_total"],
-            pruned_steps_done=F("pruned_steps_done") + row["steps_done"])
-
-
 def _delete_runs(run_ids: list[int]) -> None:
     if not run_ids:
         return
-    _keep_rollups_true(run_ids)
     steps = Step.objects.filter(run_id__in=run_ids)
     # The audit trail refuses deletion through the ORM; this path was exported first.
     with connection.cursor() as cursor:

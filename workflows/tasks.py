@@ -90,6 +90,14 @@ def apply_gate_deadlines() -> None:
         deadlines.apply()
 
 
+@db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
+def fold_goal_tallies() -> None:
+    from goals.rollup import fold_tallies
+
+    with presence.periodic("fold_goal_tallies"):
+        fold_tallies()
+
+
 @db_task()
 def deliver_outbox(message_id: int) -> None:
     """A doorbell for an outbox message: mail or webhooks a transition owes."""

@@ -87,6 +87,32 @@ def test_rollup_counts_the_whole_subtree(tree, release_spec, people):
     assert rollup(grandchild.pk).runs_open == 1
 
 
+def test_finished_runs_reach_the_rollup_through_tallies_folded_or_not(tree, release_spec):
+    from goals.rollup import fold_tallies
+    from workflows.models import GoalTally
+
+    root, child, _ = tree
+    for _ in range(3):
+        run = engine.open_run(release_spec, goal=child).run
+        engine.start_step(run, "build")
+        engine.fail_step(run, "build", retryable=False)
+    engine.cancel_run(engine.open_run(release_spec, goal=child).run)
+    before = rollup(root.pk)
+    assert (before.runs_open, before.runs_failed, before.steps_total) == (0, 3, 12)
+    assert GoalTally.objects.filter(goal=child, folded=False).count() == 3
+    assert fold_tallies() == 3
+    assert list(GoalTally.objects.filter(goal=child).values_list(
+        "folded", "runs_failed", "steps_total")) == [(True, 3, 12)]
+    assert rollup(root.pk) == before
+    # A failed run retried is open again: its tally is taken back, then folded in.
+    engine.retry_step(run, "build")
+    retried = rollup(root.pk)
+    assert (retried.runs_open, retried.runs_failed, retried.steps_total) == (1, 2, 12)
+    assert fold_tallies() == 1
+    assert rollup(root.pk) == retried
+    assert GoalTally.objects.get(goal=child).runs_failed == 2
+
+
 def test_rollups_take_one_query_for_any_number_of_goals(tree, django_assert_num_queries):
     root = tree[0]
     for i in range(30):

@@ -68,3 +68,28 @@ def test_concurrent_cancels_write_one_checkpoint(release_spec):
     run = engine.open_run(release_spec).run
     race(5, lambda i: engine.cancel_run(run, reason=f"click {i}"))
     assert Checkpoint.objects.filter(run=run, kind="run_cancelled").count() == 1
+
+
+def test_runs_finishing_while_tallies_fold_count_once_each(release_spec):
+    from goals.models import Goal
+    from goals.rollup import fold_tallies, rollup
+    from workflows.models import GoalTally
+
+    root = Goal.objects.create(title="Root")
+    goals = [Goal.objects.create(title=f"Team {i}", parent=root) for i in range(2)]
+
+    def finish_runs_and_fold(i):
+        for k in range(4):
+            run = engine.open_run(release_spec, goal=goals[(i + k) % 2]).run
+            engine.start_step(run, "build")
+            engine.fail_step(run, "build", retryable=False)
+            fold_tallies()
+
+    results = race(6, finish_runs_and_fold)
+    assert results == [None] * 6, results
+    fold_tallies()
+    assert not GoalTally.objects.filter(folded=False).exists()
+    assert sorted(GoalTally.objects.values_list("goal_id", "runs_failed", "steps_total")) == [
+        (goals[0].pk, 12, 48), (goals[1].pk, 12, 48)]
+    total = rollup(root.pk)
+    assert (total.runs_failed, total.runs_open, total.steps_total) == (24, 0, 96)

@@ -53,7 +53,10 @@ class EngineMachine(RuleBasedStateMachine):
         spec = store_spec(SPEC)[0]
         # Runs of earlier examples stay in the database: out of the way of claim_next.
         Run.objects.update(claimable_at=None)
-        self.run = engine.open_run(spec, actor=self.users[2]).run
+        from goals.models import Goal
+
+        self.goal = Goal.objects.create(title="invariants")
+        self.run = engine.open_run(spec, actor=self.users[2], goal=self.goal).run
         self.checkpoints = 1
 
     def apply(self, operation, retry=False):
@@ -186,6 +189,28 @@ class EngineMachine(RuleBasedStateMachine):
         statuses = list(run.steps.values_list("status", flat=True))
         assert (run.steps_total, run.steps_done) == (
             len(statuses), sum(1 for s in statuses if s in ("completed", "skipped")))
+
+    @rule()
+    def fold_tallies(self):
+        from goals.rollup import fold_tallies
+
+        fold_tallies()
+
+    @invariant()
+    def the_goal_rollup_matches_the_run(self):
+        # Finished runs reach it through tallies (folded or not), open ones live.
+        from goals.rollup import rollup
+
+        run = Run.objects.get(pk=self.run.pk)
+        counted = run.status != "cancelled"
+        statuses = list(run.steps.values_list("status", flat=True))
+        got = rollup(self.goal.pk)
+        assert (got.runs_open, got.runs_completed, got.runs_failed) == (
+            int(run.status not in TERMINAL), int(run.status == "completed"),
+            int(run.status == "failed"))
+        assert (got.steps_total, got.steps_done) == (
+            len(statuses) * counted,
+            sum(1 for s in statuses if s in ("completed", "skipped")) * counted)
 
     @invariant()
     def dependency_counts_match_steps(self):

@@ -57,3 +57,35 @@ def test_existing_runs_get_their_step_counts():
     from workflows.models import Run
 
     assert Run.objects.filter(pk=run.pk).values_list("steps_total", "steps_done").get() == (5, 2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_goals_keep_their_finished_and_pruned_counts_in_one_tally():
+    before = ("workflows", "0028_run_step_counts")
+    call_command("migrate", *before, verbosity=0)
+    try:
+        apps = MigrationExecutor(connection).loader.project_state(
+            [before, ("goals", "0002_pruned_counters")]).apps
+        goal = apps.get_model("goals", "Goal").objects.create(
+            title="counted", pruned_runs_completed=2, pruned_runs_failed=1,
+            pruned_steps_total=9, pruned_steps_done=7)
+        idle = apps.get_model("goals", "Goal").objects.create(title="idle")
+        spec = apps.get_model("workflows", "WorkflowSpec").objects.create(
+            name="counted", version=1, definition={"steps": []})
+        old_run = apps.get_model("workflows", "Run")
+        for status, total, done in [("completed", 3, 3), ("failed", 3, 1),
+                                    ("cancelled", 3, 0), ("running", 3, 2)]:
+            old_run.objects.create(spec=spec, spec_name="counted", title=status, goal=goal,
+                                   status=status, steps_total=total, steps_done=done)
+    finally:
+        call_command("migrate", verbosity=0)
+    from goals.rollup import rollup
+    from workflows.models import GoalTally
+
+    assert list(GoalTally.objects.values_list(
+        "goal_id", "folded", "runs_completed", "runs_failed", "steps_total", "steps_done")) == [
+        (goal.pk, True, 3, 2, 15, 11)]
+    counted = rollup(goal.pk)
+    assert (counted.runs_open, counted.runs_completed, counted.runs_failed,
+            counted.steps_total, counted.steps_done) == (1, 3, 2, 18, 13)
+    assert rollup(idle.pk).runs_completed == 0

@@ -15,7 +15,17 @@ from contextlib import contextmanager
 from django.db import connection, transaction
 
 from .. import clock
-from ..models import DONE_STEP_STATUSES, STEP_FRONTIER, Checkpoint, Run, Step, StepKind, StepStatus
+from ..models import (
+    DONE_STEP_STATUSES,
+    STEP_FRONTIER,
+    Checkpoint,
+    GoalTally,
+    Run,
+    RunStatus,
+    Step,
+    StepKind,
+    StepStatus,
+)
 from . import sql
 from .errors import NotFound
 from .rules import PENDING_READY, in_frontier, is_ready, settled
@@ -24,6 +34,9 @@ from .rules import PENDING_READY, in_frontier, is_ready, settled
 STEP = sql.Table(Step, skip=("last_evidence",))
 RUN = sql.Table(Run)
 CHECKPOINT = sql.Table(Checkpoint)
+TALLY = sql.Table(GoalTally)
+TALLY_COLUMNS = ("goal_id", "runs_completed", "runs_failed", "steps_total", "steps_done",
+                 "folded")
 CHECKPOINT_COLUMNS = ("run_id", "seq", "kind", "step_id", "run_status", "step_status",
                       "actor_id", "actor_name", "label", "summary", "evidence", "state_patch",
                       "at")
@@ -177,6 +190,7 @@ class RunState:
         if run_changes or self.checkpoints:
             run.updated_at = now
             statements.append(RUN.update(run.pk, {**run_changes, "updated_at": now}))
+            statements.extend(_tally_change(self.run_loaded, run))
             self.run_loaded.update(run_changes)
         returning = None
         if self.checkpoints:
@@ -191,6 +205,28 @@ class RunState:
             checkpoint.id = ids[checkpoint.seq]
             checkpoint._state.adding = False
         self.checkpoints = []
+
+
+def _finished_counts(status, steps_total: int, steps_done: int) -> tuple[int, int, int, int]:
+    """What a run adds to its goal's tally: a finished run its counts; an open one nothing
+    (rollups count open runs live), nor a cancelled one (it counts for nothing)."""
+    if status == RunStatus.COMPLETED:
+        return 1, 0, steps_total, steps_done
+    if status == RunStatus.FAILED:
+        return 0, 1, steps_total, steps_done
+    return 0, 0, 0, 0
+
+
+def _tally_change(loaded: dict, run: Run) -> list[tuple[str, list]]:
+    """The tally row a run's change owes its goal, if its finished counts moved."""
+    if run.goal_id is None:
+        return []
+    before = _finished_counts(loaded["status"], loaded["steps_total"], loaded["steps_done"])
+    after = _finished_counts(run.status, run.steps_total, run.steps_done)
+    if before == after:
+        return []
+    change = tuple(a - b for a, b in zip(after, before, strict=True))
+    return [TALLY.insert(TALLY_COLUMNS, [(run.goal_id, *change, False)])]
 
 
 def _changed(step: Step) -> list[str]:
