@@ -34,9 +34,11 @@ def grow_runs(spec, approver, total: int, checkpoints_per_run: int, goals=(),
     """`total` runs of the gate spec, one in `waiting_every` waiting at its gate and the rest
     finished, each with `checkpoints_per_run` checkpoints, spread over `goals`; one in
     `needle_every` is titled "needle" (a rare word for the search). Returns the checkpoints
-    written."""
+    written. The finished runs' tally changes are written as the engine writes them, and
+    folded as the periodic task folds them."""
+    from goals.rollup import fold_tallies
     from workflows import engine, worker
-    from workflows.models import Checkpoint, Run, Step
+    from workflows.models import Checkpoint, GoalTally, Run, RunStatus, Step
 
     finished = engine.open_run(spec, title="bench template").run
     waiting = engine.open_run(spec, title="bench template").run
@@ -62,6 +64,12 @@ def grow_runs(spec, approver, total: int, checkpoints_per_run: int, goals=(),
                                 "goal_id": goal_ids[i % len(goal_ids)],
                                 "checkpoint_seq": len(marks)}), steps, marks))
         Run.objects.bulk_create([run for run, _, _ in made], batch_size=500)
+        GoalTally.objects.bulk_create(
+            (GoalTally(goal_id=run.goal_id, runs_completed=1, steps_total=run.steps_total,
+                       steps_done=run.steps_done)
+             for run, _, _ in made
+             if run.goal_id is not None and run.status == RunStatus.COMPLETED),
+            batch_size=1_000)
         new_steps = [Step(**{**_fields(Step, step, skip=("run_id", "child_run_id")),
                              "run_id": run.pk})
                      for run, steps, _ in made for step in steps]
@@ -75,6 +83,7 @@ def grow_runs(spec, approver, total: int, checkpoints_per_run: int, goals=(),
              for run, _, marks in made for seq, mark in enumerate(marks, 1)),
             batch_size=1_000)
         written += sum(len(marks) for _, _, marks in made)
+    fold_tallies()
     return written
 
 

@@ -10,7 +10,7 @@ from django.db.models import Count, Q
 from django.db.models.functions import TruncWeek
 from django.utils import timezone
 
-from workflows.models import Approval, Run, RunStatus, Step, StepStatus
+from workflows.models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, StepStatus
 
 from . import tree
 from .models import Goal, GoalStatus
@@ -111,7 +111,9 @@ def progress_report(root: Goal | None = None, now: datetime | None = None) -> Re
     weeks = [(since + timedelta(weeks=i), counted.get((since + timedelta(weeks=i)).date(), 0))
              for i in range(WEEKS)]
 
-    gates = list(steps.filter(status=StepStatus.WAITING_APPROVAL)
+    # Gates wait only in open runs; saying so lets the planner start from those runs.
+    gates = list(steps.filter(status=StepStatus.WAITING_APPROVAL,
+                              run__status__in=OPEN_RUN_STATUSES)
                  .select_related("run").order_by("waiting_since", "pk")[:100])
 
     waits: dict[str, list[float]] = {}

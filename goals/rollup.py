@@ -71,10 +71,11 @@ tally_counts AS (
     FROM sub JOIN workflows_goaltally t ON t.goal_id = sub.id GROUP BY sub.root_id
 ),
 gate_counts AS (
+    -- Gates wait only in open runs; saying so lets the planner start from those runs.
     SELECT sub.root_id, COUNT(*) AS gates_waiting, MIN(s.waiting_since) AS oldest_gate
     FROM sub JOIN workflows_run r ON r.goal_id = sub.id
     JOIN workflows_step s ON s.run_id = r.id
-    WHERE s.status = '{waiting}'
+    WHERE s.status = '{waiting}' AND r.status IN {open_run}
     GROUP BY sub.root_id
 )
 SELECT gc.root_id, COALESCE(cc.children, 0), gc.descendants,

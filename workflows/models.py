@@ -173,6 +173,8 @@ class Run(models.Model):
         permissions = [("operate_run", "Can retry, skip, cancel and recover runs")]
         indexes = [
             models.Index(fields=["status", "-created_at"]),
+            # The runs page and GET /api/runs, newest first: read in order, not sorted.
+            models.Index(fields=["-created_at", "-id"], name="run_newest_first_idx"),
             models.Index(fields=["goal", "status"]),
             models.Index(fields=["spec_name", "-created_at"]),
             models.Index(fields=["ref"], condition=~Q(ref=""), name="run_ref_idx"),

@@ -402,6 +402,29 @@ class TestSearch:
         assert found("opened_from=2001-01-01&opened_to=2001-01-02") == set()
         assert found("opened_from=not-a-date") == {"Nightly 42", "Hotfix"}  # ignored
 
+    def test_days_are_the_viewers_days(self, runs):
+        from datetime import UTC, date, datetime
+        from zoneinfo import ZoneInfo
+
+        from django.utils import timezone
+
+        from workflows import selectors
+        from workflows.models import Run
+
+        nightly = runs[0]
+        Run.objects.filter(pk=nightly.pk).update(created_at=datetime(2026, 3, 1, 23, 30,
+                                                                     tzinfo=UTC))
+
+        def opened_on(day):
+            return list(selectors.runs(opened_from=day, opened_to=day).filter(pk=nightly.pk))
+
+        with timezone.override(UTC):
+            assert opened_on(date(2026, 3, 1)) == [nightly]
+            assert opened_on(date(2026, 3, 2)) == []
+        with timezone.override(ZoneInfo("Asia/Tokyo")):  # 08:30 on the 2nd there
+            assert opened_on(date(2026, 3, 1)) == []
+            assert opened_on(date(2026, 3, 2)) == [nightly]
+
     def test_api_search(self, runs, people):
         from django.test import Client
 
