@@ -40,7 +40,9 @@ def child(backend: str, out: Path, size: str, sections: list[str]) -> None:
            "TOLLGATE_SSL_REDIRECT": "0", "TOLLGATE_SECURE_COOKIES": "0",
            "TOLLGATE_VAR_DIR": str(var), "TOLLGATE_HUEY_NAME": f"bench-{backend}",
            "TOLLGATE_NOTIFY": "0", "TOLLGATE_LEASE_SECONDS": "30", "LOG_LEVEL": "WARNING",
-           "TOLLGATE_EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend"}
+           "TOLLGATE_EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
+           # The fairness section's backlog is one 5,000-step fan-out.
+           "TOLLGATE_MAX_STEPS_PER_RUN": "5000"}
     if backend == "sqlite":
         env["DATABASE_URL"] = f"sqlite:///{var / 'bench.sqlite3'}"
         env.pop("TOLLGATE_REDIS_URL", None)
