@@ -654,7 +654,9 @@ class Bench:
 
         from bench import scale
 
-        shown = re.findall(r'name="have" value="([0-9:]+)"', client.get("/").text)
+        shown = re.findall(r'name="have" value="([0-9]+:[0-9.]+)"', client.get("/").text)
+        if not shown:
+            raise RuntimeError("the inbox showed no cards to poll for")
         path = "/?poll=1&" + "&".join(f"have={item}" for item in shown)
         workers = [int(pid) for pid in Path(f"/proc/{web_pid}/task/{web_pid}/children")
                    .read_text().split()]

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta
 
-from django.db.models import Count, Q
-from django.db.models.functions import TruncWeek
+from django.db.models import Case, Count, IntegerField, Q, Value, When
 from django.utils import timezone
 
 from workflows.models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, StepStatus
@@ -99,17 +98,18 @@ def progress_report(root: Goal | None = None, now: datetime | None = None) -> Re
     else:
         by_status.update(goals.values_list("status").annotate(n=Count("pk")).order_by())
 
-    since = (now - timedelta(weeks=WEEKS - 1)).replace(hour=0, minute=0, second=0,
-                                                       microsecond=0)
-    since -= timedelta(days=since.weekday())
-    counted = dict(
-        runs.filter(status=RunStatus.COMPLETED, finished_at__gte=since)
-        .annotate(week=TruncWeek("finished_at")).values_list("week")
-        .annotate(n=Count("pk")).order_by()
-    )
-    counted = {(w.date() if isinstance(w, datetime) else w): n for w, n in counted.items()}
-    weeks = [(since + timedelta(weeks=i), counted.get((since + timedelta(weeks=i)).date(), 0))
-             for i in range(WEEKS)]
+    # The viewer's weeks (Monday to Monday in their time zone) as instants, counted as
+    # ranges in one query: no function of each run's time, which SQLite would call in Python.
+    monday = timezone.localtime(now).date()
+    monday -= timedelta(days=monday.weekday())
+    starts = [timezone.make_aware(datetime.combine(monday - timedelta(weeks=WEEKS - 1 - i),
+                                                   time.min)) for i in range(WEEKS + 1)]
+    week = Case(*(When(finished_at__gte=starts[i], then=Value(i))
+                  for i in reversed(range(WEEKS))), output_field=IntegerField())
+    counted = dict(runs.filter(status=RunStatus.COMPLETED, finished_at__gte=starts[0],
+                               finished_at__lt=starts[-1])
+                   .values_list(week).annotate(n=Count("pk")).order_by())
+    weeks = [(starts[i], counted.get(i, 0)) for i in range(WEEKS)]
 
     # Gates wait only in open runs; saying so lets the planner start from those runs.
     gates = list(steps.filter(status=StepStatus.WAITING_APPROVAL,

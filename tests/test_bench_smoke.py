@@ -32,6 +32,7 @@ def test_every_bench_section_runs_at_its_smallest_size(tmp_path):
     assert set(report["sections"]) == set(Bench.SECTIONS)
     assert result["pages"]["queries_independent_of_size"], result["pages"]
     assert result["pages"]["rollup_matches_runs"]
+    assert result["http"]["inbox_polls"]["cards"] > 0
     assert result["soak"]["runs_not_completed"] == 0
     if backend == "postgres":
         assert [(row["consumers"], row["threads"]) for row in result["scaleout"]["rows"]] == \

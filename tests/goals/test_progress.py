@@ -84,6 +84,24 @@ def test_old_completions_fall_outside_the_weeks(known):
     assert sum(n for _, n in progress_report(known[0]).weeks) == 0
 
 
+def test_weeks_are_the_viewers_weeks(known):
+    from datetime import UTC, datetime
+    from zoneinfo import ZoneInfo
+
+    now = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)  # a Wednesday
+    Run.objects.filter(status="completed").update(
+        finished_at=datetime(2026, 3, 1, 23, 30, tzinfo=UTC))  # Monday 08:30 in Tokyo
+    with timezone.override(UTC):
+        weeks = progress_report(known[0], now=now).weeks
+        assert [n for _, n in weeks[-2:]] == [2, 0]
+        assert weeks[-1][0] == datetime(2026, 3, 2, tzinfo=UTC)
+    with timezone.override(ZoneInfo("Asia/Tokyo")):
+        weeks = progress_report(known[0], now=now).weeks
+        assert [n for _, n in weeks[-2:]] == [0, 2]
+        assert weeks[-1][0] == datetime(2026, 3, 2, tzinfo=ZoneInfo("Asia/Tokyo"))
+    assert len(weeks) == 12
+
+
 def test_page_and_csv(client, known, people):
     client.force_login(people["dave"])
     root = known[0]
