@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 from django.core.management import call_command
 from django.db import connection
@@ -10,11 +12,20 @@ from django.db.migrations.executor import MigrationExecutor
 BEFORE = ("workflows", "0003_deadlines_and_notifications")
 
 
+@contextmanager
+def old_models(target, *also):
+    """The models as they were at a migration (and `also`, other apps' states), with the
+    database migrated back to it; forward to the latest again on the way out."""
+    call_command("migrate", *target, verbosity=0)
+    try:
+        yield MigrationExecutor(connection).loader.project_state([target, *also]).apps
+    finally:
+        call_command("migrate", verbosity=0)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_existing_steps_get_their_dependents_and_unsettled_counts():
-    call_command("migrate", *BEFORE, verbosity=0)
-    try:
-        apps = MigrationExecutor(connection).loader.project_state(BEFORE).apps
+    with old_models(BEFORE) as apps:
         spec = apps.get_model("workflows", "WorkflowSpec").objects.create(
             name="upgrade", version=1, definition={"steps": []})
         run = apps.get_model("workflows", "Run").objects.create(
@@ -28,8 +39,6 @@ def test_existing_steps_get_their_dependents_and_unsettled_counts():
         ]):
             old_step.objects.create(run=run, key=key, index=index, depends_on=deps, kind="run",
                                     status=status, continue_on_failure=cof)
-    finally:
-        call_command("migrate", "workflows", verbosity=0)
     from workflows.models import Step
 
     edges = {s.key: (s.dependents, s.waiting_on) for s in Step.objects.filter(run_id=run.pk)}
@@ -40,9 +49,7 @@ def test_existing_steps_get_their_dependents_and_unsettled_counts():
 @pytest.mark.django_db(transaction=True)
 def test_existing_runs_get_their_step_counts():
     before = ("workflows", "0027_run_search_text")
-    call_command("migrate", *before, verbosity=0)
-    try:
-        apps = MigrationExecutor(connection).loader.project_state(before).apps
+    with old_models(before) as apps:
         spec = apps.get_model("workflows", "WorkflowSpec").objects.create(
             name="counted", version=1, definition={"steps": []})
         run = apps.get_model("workflows", "Run").objects.create(
@@ -52,8 +59,6 @@ def test_existing_runs_get_their_step_counts():
                                         "pending"]):
             old_step.objects.create(run=run, key=f"s{index}", index=index, kind="run",
                                     status=status)
-    finally:
-        call_command("migrate", "workflows", verbosity=0)
     from workflows.models import Run
 
     assert Run.objects.filter(pk=run.pk).values_list("steps_total", "steps_done").get() == (5, 2)
@@ -62,10 +67,7 @@ def test_existing_runs_get_their_step_counts():
 @pytest.mark.django_db(transaction=True)
 def test_goals_keep_their_finished_and_pruned_counts_in_one_tally():
     before = ("workflows", "0028_run_step_counts")
-    call_command("migrate", *before, verbosity=0)
-    try:
-        apps = MigrationExecutor(connection).loader.project_state(
-            [before, ("goals", "0002_pruned_counters")]).apps
+    with old_models(before, ("goals", "0002_pruned_counters")) as apps:
         goal = apps.get_model("goals", "Goal").objects.create(
             title="counted", pruned_runs_completed=2, pruned_runs_failed=1,
             pruned_steps_total=9, pruned_steps_done=7)
@@ -77,8 +79,6 @@ def test_goals_keep_their_finished_and_pruned_counts_in_one_tally():
                                     ("cancelled", 3, 0), ("running", 3, 2)]:
             old_run.objects.create(spec=spec, spec_name="counted", title=status, goal=goal,
                                    status=status, steps_total=total, steps_done=done)
-    finally:
-        call_command("migrate", verbosity=0)
     from goals.rollup import rollup
     from workflows.models import GoalTally
 
