@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from datetime import datetime, time, timedelta
+from datetime import datetime, timedelta
 
 from django.db.models import Case, Count, IntegerField, Q, Value, When
 from django.utils import timezone
 
 from workflows.models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, StepStatus
+from workflows.timezones import day_starts
 
 from . import tree
 from .models import Goal, GoalStatus
@@ -102,8 +103,7 @@ def progress_report(root: Goal | None = None, now: datetime | None = None) -> Re
     # ranges in one query: no function of each run's time, which SQLite would call in Python.
     monday = timezone.localtime(now).date()
     monday -= timedelta(days=monday.weekday())
-    starts = [timezone.make_aware(datetime.combine(monday - timedelta(weeks=WEEKS - 1 - i),
-                                                   time.min)) for i in range(WEEKS + 1)]
+    starts = [day_starts(monday - timedelta(weeks=WEEKS - 1 - i)) for i in range(WEEKS + 1)]
     week = Case(*(When(finished_at__gte=starts[i], then=Value(i))
                   for i in reversed(range(WEEKS))), output_field=IntegerField())
     counted = dict(runs.filter(status=RunStatus.COMPLETED, finished_at__gte=starts[0],

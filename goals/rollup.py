@@ -145,6 +145,7 @@ def rollup(goal_id: int) -> Rollup:
 
 
 FOLD_BATCH = 5_000  # tally changes per statement
+TALLY_COUNTS = ("runs_completed", "runs_failed", "steps_total", "steps_done")
 
 
 def fold_tallies() -> int:
@@ -160,11 +161,11 @@ def fold_tallies() -> int:
             cursor.execute(
                 "DELETE FROM workflows_goaltally WHERE id IN (SELECT id FROM "
                 "workflows_goaltally WHERE NOT folded ORDER BY id LIMIT %s) RETURNING "
-                "goal_id, runs_completed, runs_failed, steps_total, steps_done", [FOLD_BATCH])
+                f"goal_id, {', '.join(TALLY_COUNTS)}", [FOLD_BATCH])
             changes = cursor.fetchall()
             sums: dict[int, list[int]] = {}
             for goal_id, *counts in changes:
-                total = sums.setdefault(goal_id, [0, 0, 0, 0])
+                total = sums.setdefault(goal_id, [0] * len(TALLY_COUNTS))
                 for i, value in enumerate(counts):
                     total[i] += value
             if sums:
@@ -172,14 +173,13 @@ def fold_tallies() -> int:
                 rows = sorted(sums.items())
                 # The unique index's own predicate, as each database writes it.
                 flag = "folded" if connection.vendor == "postgresql" else "folded = 1"
+                values = "(%s, " + "%s, " * len(TALLY_COUNTS) + "TRUE)"
                 cursor.execute(
-                    "INSERT INTO workflows_goaltally (goal_id, runs_completed, runs_failed, "
-                    "steps_total, steps_done, folded) VALUES "
-                    + ", ".join(["(%s, %s, %s, %s, %s, TRUE)"] * len(rows))
+                    f"INSERT INTO workflows_goaltally (goal_id, {', '.join(TALLY_COUNTS)}, "
+                    "folded) VALUES " + ", ".join([values] * len(rows))
                     + f" ON CONFLICT (goal_id) WHERE {flag} DO UPDATE SET "
                     + ", ".join(f"{name} = workflows_goaltally.{name} + excluded.{name}"
-                                for name in ("runs_completed", "runs_failed", "steps_total",
-                                             "steps_done")),
+                                for name in TALLY_COUNTS),
                     [value for goal_id, counts in rows for value in (goal_id, *counts)])
         folded += len(changes)
         if len(changes) < FOLD_BATCH:

@@ -226,8 +226,9 @@ STEP_FRONTIER = (
 class GoalTally(models.Model):
     """What a goal's finished runs add to its rollup, as changes: the transaction that
     finishes a run under the goal, reopens it, or moves its counts while it is finished adds
-    a row; the sweep folds them into one row per goal. So a rollup reads a row per goal and
-    the runs still open, never every finished run (and a pruned run's counts stay)."""
+    a row; the periodic task fold_goal_tallies folds them into one row per goal. So a rollup
+    reads a row per goal and the runs still open, never every finished run (and a pruned
+    run's counts stay)."""
 
     goal = models.ForeignKey("goals.Goal", on_delete=models.CASCADE, related_name="+")
     runs_completed = models.IntegerField(default=0)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.db.models import Count, F, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
-from django.utils import timezone
 from django.utils.timezone import now as timezone_now
 
 from . import briefs
@@ -27,6 +26,7 @@ from .models import (
 )
 from .permissions import decidable_by
 from .specs import masked
+from .timezones import day_starts
 from .values import fill
 
 
@@ -80,17 +80,11 @@ def runs(*, status: str | list[str] = "", spec: str = "", goal: int | None = Non
         found = found.filter(requested_by__username=requester)
     for field, start, end in (("created_at", opened_from, opened_to),
                               ("finished_at", finished_from, finished_to)):
-        # Days in the viewer's time zone, as instants the column's index can range over.
         if start:
-            found = found.filter(**{f"{field}__gte": _day_starts(start)})
+            found = found.filter(**{f"{field}__gte": day_starts(start)})
         if end:
-            found = found.filter(**{f"{field}__lt": _day_starts(end + timedelta(days=1))})
+            found = found.filter(**{f"{field}__lt": day_starts(end + timedelta(days=1))})
     return found
-
-
-def _day_starts(day):
-    """The instant a calendar day starts in the current time zone."""
-    return timezone.make_aware(datetime.combine(day, datetime.min.time()))
 
 
 def parse_day(value: str):

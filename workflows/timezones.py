@@ -4,6 +4,7 @@ sign-in and when changed, and the middleware activates it per request (no query 
 from __future__ import annotations
 
 import zoneinfo
+from datetime import date, datetime, time
 from functools import cache
 
 from django.contrib.auth.signals import user_logged_in
@@ -11,6 +12,12 @@ from django.dispatch import receiver
 from django.utils import timezone
 
 SESSION_KEY = "tollgate_tz"
+
+
+def day_starts(day: date) -> datetime:
+    """The instant a calendar day starts in the current time zone (the viewer's, per
+    request): day and week filters compare instants, which an index can range over."""
+    return timezone.make_aware(datetime.combine(day, time.min))
 
 
 @cache
