@@ -10,6 +10,7 @@ from django.db.models import Case, Count, IntegerField, Q, Value, When
 from django.utils import timezone
 
 from workflows.models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, StepStatus
+from workflows.permissions import readable_runs, sees_every_run
 from workflows.timezones import day_starts
 
 from . import tree
@@ -81,8 +82,11 @@ class Report:
         return rows
 
 
-def progress_report(root: Goal | None = None, now: datetime | None = None) -> Report:
-    """Goals by status, weekly completions, waiting gates, latency, failure rates, blockers."""
+def progress_report(root: Goal | None = None, now: datetime | None = None, *,
+                    user=None) -> Report:
+    """Goals by status, weekly completions, waiting gates, latency, failure rates, blockers.
+    Counts are of every run; the waiting gates listed are of the runs `user` may read
+    (TOLLGATE_RUN_VISIBILITY), all of them when no user is given."""
     now = now or timezone.now()
     goals, runs, steps, approvals = (Goal.objects.all(), Run.objects.all(), Step.objects.all(),
                                      Approval.objects.all())
@@ -112,8 +116,11 @@ def progress_report(root: Goal | None = None, now: datetime | None = None) -> Re
     weeks = [(starts[i], counted.get(i, 0)) for i in range(WEEKS)]
 
     # Gates wait only in open runs; saying so lets the planner start from those runs.
-    gates = list(steps.filter(status=StepStatus.WAITING_APPROVAL,
-                              run__status__in=OPEN_RUN_STATUSES)
+    waiting = steps.filter(status=StepStatus.WAITING_APPROVAL,
+                           run__status__in=OPEN_RUN_STATUSES)
+    if user is not None and not sees_every_run(user):
+        waiting = waiting.filter(run__in=readable_runs(user))
+    gates = list(waiting
                  .select_related("run").order_by("waiting_since", "pk")[:100])
 
     waits: dict[str, list[float]] = {}

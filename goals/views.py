@@ -96,7 +96,7 @@ def progress(request, pk: int | None = None):
     from .progress import progress_report
 
     root = get_object_or_404(Goal, pk=pk) if pk is not None else None
-    report = progress_report(root)
+    report = progress_report(root, user=request.user)
     if request.GET.get("format") == "csv":
         response = HttpResponse(csv_rows(report.rows(), ["section", "item", "measure", "value"]),
                                 content_type="text/csv")

@@ -292,6 +292,13 @@ TOLLGATE_REDACT_ENV = env_list("TOLLGATE_REDACT_ENV")
 # Secrets a spec names ({"secret": "deploy"} as an env value) are read on the worker from
 # TOLLGATE_SECRET_<NAME> in its environment, or from a file named NAME in this directory.
 TOLLGATE_SECRETS_DIR = os.environ.get("TOLLGATE_SECRETS_DIR", "")
+# Which specs may name which secrets (JSON): {"release": ["deploy"], "data-*": ["warehouse.*"]},
+# spec names or patterns to secret names or patterns. A secret granted to no spec is refused.
+TOLLGATE_SECRET_GRANTS = json.loads(os.environ.get("TOLLGATE_SECRET_GRANTS", "{}"))
+if not isinstance(TOLLGATE_SECRET_GRANTS, dict) or not all(
+        isinstance(v, list) and all(isinstance(n, str) for n in v)
+        for v in TOLLGATE_SECRET_GRANTS.values()):
+    raise ValueError("TOLLGATE_SECRET_GRANTS must map spec names to lists of secret names")
 # Run commands as this operating-system user (the worker must be root or hold CAP_SETUID), so
 # a command cannot read the worker's memory, environment or files. Empty: the worker's user.
 TOLLGATE_COMMAND_USER = os.environ.get("TOLLGATE_COMMAND_USER", "")

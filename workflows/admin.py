@@ -2,6 +2,7 @@ import json
 
 from django import forms
 from django.contrib import admin, messages
+from django.db.models import Q
 
 from . import engine
 from .models import (
@@ -16,7 +17,7 @@ from .models import (
     WebhookDelivery,
     WorkflowSpec,
 )
-from .permissions import can_change_specs
+from .permissions import can_change_specs, readable_runs, sees_every_run
 from .specs import SpecError, masked, require_author, spec_problems, store_spec, validate_spec
 
 
@@ -163,6 +164,9 @@ class RunAdmin(admin.ModelAdmin):
                        "started_at", "finished_at", "checkpoint_seq", "goal"]
     fields = ["title", "priority", *readonly_fields]
 
+    def get_queryset(self, request):
+        return readable_runs(request.user, super().get_queryset(request))
+
     def has_add_permission(self, request):
         return False  # runs are opened through the engine (web, API, start_run)
 
@@ -188,6 +192,12 @@ class ApprovalAdmin(admin.ModelAdmin):
     list_display = ["step", "attempt", "user", "decision", "at"]
     list_filter = ["decision"]
     list_select_related = ["step", "user"]
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        if sees_every_run(request.user):
+            return queryset
+        return queryset.filter(step__run__in=readable_runs(request.user))
 
     def has_add_permission(self, request):
         return False
@@ -341,6 +351,13 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
     list_filter = ["status", "event"]
     list_select_related = ["webhook", "run"]
     readonly_fields = [f.name for f in WebhookDelivery._meta.fields]
+
+    def get_queryset(self, request):
+        """A delivery's payload is its run's: shown only where the run may be read."""
+        queryset = super().get_queryset(request)
+        if sees_every_run(request.user):
+            return queryset
+        return queryset.filter(Q(run__isnull=True) | Q(run__in=readable_runs(request.user)))
 
     def has_add_permission(self, request):
         return False

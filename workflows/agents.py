@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from django.conf import settings
 
+# "--" ends the options: a prompt filled from params can never pass one (each of these
+# parses its arguments with a library that honours it).
 DEFAULT_COMMANDS = {
-    "claude": ["claude", "-p", "{prompt}"],
-    "codex": ["codex", "exec", "{prompt}"],
-    "opencode": ["opencode", "run", "{prompt}"],
-    "cursor": ["cursor-agent", "-p", "{prompt}"],
+    "claude": ["claude", "-p", "--", "{prompt}"],
+    "codex": ["codex", "exec", "--", "{prompt}"],
+    "opencode": ["opencode", "run", "--", "{prompt}"],
+    "cursor": ["cursor-agent", "-p", "--", "{prompt}"],
 }
 
 
@@ -29,4 +31,10 @@ def command_line(provider: str, prompt: str) -> list[str]:
         raise ProviderError(f"Agent provider {provider!r} has no command line on this "
                             "worker: set it in TOLLGATE_AGENT_COMMANDS, e.g. "
                             f'{{"{provider}": ["{provider}", "--prompt", "{{prompt}}"]}}')
-    return [prompt if part == "{prompt}" else part for part in template]
+    argv = [prompt if part == "{prompt}" else part for part in template]
+    if prompt.startswith("-") and "{prompt}" in template and (
+            "--" not in template[:template.index("{prompt}")]):
+        raise ProviderError(f"Agent provider {provider!r}: the prompt begins with '-' and "
+                            "its command line has no '--' before \"{prompt}\", so it would "
+                            "be read as an option; refused")
+    return argv

@@ -17,13 +17,12 @@ from pathlib import Path
 
 from django.conf import settings
 
-from . import accounts, agents, spool
+from . import accounts, agents, grants, redaction, spool
 from .params import env_name
 from .specs import allowed_callable
 from .values import fill
 
-SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
-REDACTED = "[redacted]"
+REDACTED = redaction.REDACTED
 
 
 @dataclass
@@ -73,35 +72,12 @@ class CappedBuffer:
                 f"{tail.decode('utf-8', 'replace')}")
 
 
-def _settings_secrets() -> set[str]:
-    """Values of the secret settings: the signing key, database, mail and Redis passwords."""
-    from urllib.parse import urlsplit
-
-    values = {settings.SECRET_KEY}
-    values.update(db.get("PASSWORD") or "" for db in settings.DATABASES.values())
-    for mailer in getattr(settings, "MAILERS", {}).values():
-        values.add(mailer.get("OPTIONS", {}).get("password") or "")
-    if getattr(settings, "REDIS_URL", ""):
-        values.add(urlsplit(settings.REDIS_URL).password or "")
-    return values
-
-
 def secret_values(env: dict[str, str]) -> list[str]:
-    """What to redact: secret settings, the worker's secret-looking variables (a callable
-    could print them) and those of `env`, and any listed in TOLLGATE_REDACT_ENV."""
-    extra = {name.upper() for name in settings.TOLLGATE_REDACT_ENV}
-    values = _settings_secrets() | {
-        value for name, value in {**os.environ, **env}.items()
-        if any(marker in name.upper() for marker in SECRET_MARKERS) or name.upper() in extra
-    }
-    values = {value for value in values if value and len(value) >= 4}
-    return sorted(values, key=len, reverse=True)  # longest first: no partial leftovers
-
-
-def redact(text: str, secrets: list[str]) -> str:
-    for value in secrets:
-        text = text.replace(value, REDACTED)
-    return text
+    """What to redact: every secret this worker knows (redaction.known_secrets) and the
+    secret-looking variables of a step's `env`."""
+    return redaction.known_secrets(
+        value for name, value in env.items()
+        if any(marker in name.upper() for marker in redaction.SECRET_MARKERS))
 
 
 class MissingSecret(Exception):
@@ -124,32 +100,34 @@ def secret_value(name: str) -> str:
                         f"named {name} in TOLLGATE_SECRETS_DIR)")
 
 
-def resolved_env(action: dict) -> dict[str, str]:
-    """The spec's env with each {"secret": NAME} replaced by its value (MissingSecret)."""
-    return {name: secret_value(value["secret"]) if isinstance(value, dict) else value
-            for name, value in (action.get("env") or {}).items()}
+def named_secrets(action: dict, env: dict[str, str]) -> list[str]:
+    """The values `env` took from the action's {"secret": NAME} entries."""
+    return [env[name] for name, value in (action.get("env") or {}).items()
+            if isinstance(value, dict) and name in env]
 
 
-def redact_value(value, secrets: list[str]):
-    """A JSON value with every secret in its strings (keys included) redacted."""
-    if isinstance(value, str):
-        return redact(value, secrets)
-    if isinstance(value, dict):
-        return {redact(k, secrets): redact_value(v, secrets) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact_value(v, secrets) for v in value]
-    return value
+def resolved_env(action: dict, spec: str | None = None) -> dict[str, str]:
+    """The spec's env with each {"secret": NAME} replaced by its value (MissingSecret when
+    the worker has no such secret, or when it is not granted to `spec`; None: the caller
+    only wants what to redact)."""
+    env = {}
+    for name, value in (action.get("env") or {}).items():
+        if isinstance(value, dict):
+            if spec is not None and not grants.granted(spec, value["secret"]):
+                raise MissingSecret(f"env {name}: {grants.refusal(spec, value['secret'])}")
+            value = secret_value(value["secret"])
+        env[name] = value
+    return env
 
 
-def command_env(action: dict, context: dict, state_file: Path, patch_file: Path,
-                env: dict[str, str] | None = None) -> dict:
+def command_env(context: dict, state_file: Path, patch_file: Path,
+                env: dict[str, str]) -> dict:
     """A clean environment: allow-listed worker variables, the spec's env (secrets resolved),
     Tollgate's own."""
     base = {name: os.environ[name] for name in settings.TOLLGATE_COMMAND_ENV
             if name in os.environ}
     params = {env_name(name): value if isinstance(value, str) else json.dumps(value)
               for name, value in (context.get("params") or {}).items()}
-    env = resolved_env(action) if env is None else env
     return {**base, **env, **params,
             "TOLLGATE_RUN_ID": str(context["run_id"]),
             "TOLLGATE_STEP_KEY": context["step_key"],
@@ -223,12 +201,14 @@ def run_process(action: dict, *, context: dict, shared_state: dict, stop: thread
     grace = settings.TOLLGATE_KILL_GRACE_SECONDS if grace is None else grace
     cap = settings.TOLLGATE_OUTPUT_CAP
     try:
-        env = resolved_env(action)
+        env = resolved_env(action, context.get("spec", ""))
         account = accounts.environment(action.get("account"), context.get("provider"))
     except (MissingSecret, accounts.AccountError) as exc:
         return Outcome(False, str(exc))
     env = {**env, **account}
-    hidden = [value for value in account.values() if len(value) >= 4]
+    # Redacted by value whatever their names: the account's and the named secrets'.
+    hidden = [value for value in [*account.values(), *named_secrets(action, env)]
+              if len(value) >= redaction.SHORTEST]
     try:
         user = command_user()
     except KeyError:
@@ -269,7 +249,7 @@ def _run_in(work: Path, action, env, user, context, shared_state, stop, grace, c
     state_file.write_text(json.dumps({**shared_state, "params": params} if params
                                      else shared_state))
     argv = ["/bin/sh", "-c", action["shell"]] if "shell" in action else action["command"]
-    clean = command_env(action, context, state_file, patch_file, env)
+    clean = command_env(context, state_file, patch_file, env)
     if user:
         os.chmod(work, 0o711)  # the command may pass through to io/, not list or read
         for path in (io, state_file):
@@ -315,20 +295,20 @@ def outcome_of(work: Path, secrets: list[str], cap: int | None = None) -> Outcom
     same."""
     cap = settings.TOLLGATE_OUTPUT_CAP if cap is None else cap
     spec = _read_json(work / "spec.json") or {}
-    secrets = sorted({*secrets, *spec.get("redact", [])}, key=len, reverse=True)
+    clean = redaction.Redactor({*secrets, *spec.get("redact", [])})
     argv = spec.get("argv") or ["?"]
     result = _read_json(work / "result.json") or {}
     reason = (_read_text(work / "reason") or "").strip()
     if not reason and result.get("stopped") == "fenced":
         reason = "fenced"  # the supervisor stopped it: the lease ran out unrenewed
     if result.get("error") and result.get("exit_code") is None and "pid" not in result:
-        return Outcome(False, redact(f"Could not start {argv[0]!r}: {result['error']}",
-                                     secrets), {"argv": [redact(a, secrets) for a in argv]})
+        return Outcome(False, clean.text(f"Could not start {argv[0]!r}: {result['error']}"),
+                       {"argv": [clean.text(a) for a in argv]})
     stdout, stdout_bytes = read_capped(work / "stdout", cap)
     stderr, stderr_bytes = read_capped(work / "stderr", cap)
     evidence = {
         "exit_code": result.get("exit_code"),
-        "stdout": redact(stdout, secrets), "stderr": redact(stderr, secrets),
+        "stdout": clean.text(stdout), "stderr": clean.text(stderr),
         "stdout_bytes": stdout_bytes, "stderr_bytes": stderr_bytes,
         "pid": result.get("pid"), "pgid": result.get("pgid"),
     }
@@ -353,7 +333,7 @@ def outcome_of(work: Path, secrets: list[str], cap: int | None = None) -> Outcom
     patch, problem = read_patch(work / "io" / "state_patch.json")
     if problem:
         return Outcome(False, problem, evidence)
-    return Outcome(True, "Exited with status 0", evidence, redact_value(patch, secrets))
+    return Outcome(True, "Exited with status 0", evidence, clean.value(patch))
 
 
 def _read_text(path: Path) -> str | None:
@@ -451,13 +431,13 @@ def run_callable(action: dict, *, context: dict, shared_state: dict) -> Outcome:
         result = func({"params": {}, **context, "shared_state": dict(shared_state),
                        "config": action})
     except Exception as exc:
-        secrets = secret_values({})  # only when there is output to redact
-        return Outcome(False, redact(f"{type(exc).__name__}: {exc}", secrets),
-                       {"traceback": redact(traceback.format_exc(limit=8), secrets)})
+        clean = redaction.redactor()  # only when there is output to redact
+        return Outcome(False, clean.text(f"{type(exc).__name__}: {exc}"),
+                       {"traceback": clean.text(traceback.format_exc(limit=8))})
     if result is not None and not isinstance(result, dict):
         return Outcome(False, f"{path} returned {type(result).__name__}, not a dict or None")
     return Outcome(True, f"{path} returned", {},
-                   redact_value(result, secret_values({})) if result else {})
+                   redaction.redactor().value(result) if result else {})
 
 
 def execute(action: dict, *, context: dict, shared_state: dict, stop: threading.Event,

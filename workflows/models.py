@@ -148,6 +148,9 @@ class Run(models.Model):
                                           default="")
     ref = models.CharField(max_length=200, blank=True, db_default="", default="")
     blocker_reason = models.CharField(max_length=500, blank=True, db_default="", default="")
+    # The shared-state keys that gates' approvers wrote, space-separated: reserved from the
+    # first decision on, so no later patch rewrites what an approver chose.
+    decided_keys = models.TextField(blank=True, db_default="", default="", editable=False)
     # A run inside a run: the step of the parent run that opened it and waits for it.
     parent_step = models.ForeignKey("Step", null=True, blank=True, on_delete=models.SET_NULL,
                                     related_name="child_runs", editable=False)

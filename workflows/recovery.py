@@ -37,6 +37,11 @@ def recover_run(run: Run | int, *, actor) -> list[Verdict]:
                                     f"{step.child_run_id}" if checkpoint else
                                     f"left alone: waits for its child run {step.child_run_id}"))
             continue
+        if not step.lease_token and "workflow" in (step.config.get("run") or {}):
+            checkpoint = engine.children.child_gone(run_id, step.key, actor=actor)
+            verdicts.append(Verdict(step.key, "none", "failed: its child run is gone"
+                                    if checkpoint else "already moved on"))
+            continue
         if not step.lease_token:
             verdicts.append(Verdict(step.key, "none", "left alone: an agent reports it"))
             continue

@@ -18,6 +18,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 
 from . import clock
 from .models import (
@@ -31,6 +32,7 @@ from .models import (
     Schedule,
     ScheduleFire,
     Step,
+    StepStatus,
     WebhookDelivery,
     Worker,
 )
@@ -68,12 +70,19 @@ def prune_records(now=None) -> dict[str, int]:
     }
 
 
+def settled(runs):
+    """Of these finished runs, those no parent still waits on: a child run whose parent's
+    step has not yet heard that it ended stays (the parent reads it when it does)."""
+    waiting = Step.objects.filter(child_run=OuterRef("pk"), status=StepStatus.RUNNING)
+    return runs.filter(status__in=TERMINAL_RUN_STATUSES).exclude(Exists(waiting))
+
+
 def finished_runs(older_than_days: float, now=None):
-    """Runs that ended more than this many days ago (open runs are never taken)."""
+    """Runs that ended more than this many days ago and that no parent waits on (open runs
+    are never taken)."""
     now = now or clock.now()
-    return (Run.objects.filter(status__in=TERMINAL_RUN_STATUSES,
-                               finished_at__lt=now - timedelta(days=older_than_days))
-            .order_by("pk"))
+    return settled(Run.objects.filter(finished_at__lt=now - timedelta(days=older_than_days))
+                   ).order_by("pk")
 
 
 def prune_runs(older_than_days: float, out, *, batch: int = 200, now=None) -> int:
@@ -94,8 +103,8 @@ def prune_runs(older_than_days: float, out, *, batch: int = 200, now=None) -> in
         os.fsync(out.fileno())  # on disk before anything of them is deleted
         with transaction.atomic():
             # Only runs still finished and not locked by anyone: a retried run moves on.
-            still = list(Run.objects.select_for_update().filter(
-                pk__in=ids, status__in=TERMINAL_RUN_STATUSES).values_list("pk", flat=True))
+            still = list(settled(Run.objects.select_for_update().filter(pk__in=ids))
+                         .values_list("pk", flat=True))
             _delete_runs(still)
         deleted += len(still)
 

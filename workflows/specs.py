@@ -14,6 +14,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from . import grants
 from .params import check_fields
 
 TOP_FIELDS = {"name", "version", "description", "steps", "params", "max_parallel"}
@@ -382,6 +383,14 @@ def _validate_step(index: int, step) -> dict:
     return normal
 
 
+def check_grants(spec: str, steps: list[dict]) -> None:
+    """SpecError naming the first step that names a secret not granted to `spec`."""
+    for step in steps:
+        for where, secret in grants.secrets_named(step):
+            if not grants.granted(spec, secret):
+                _fail(where, grants.refusal(spec, secret))
+
+
 def validate_step(index: int, step) -> dict:
     """One step, validated and normalised as in a spec (for steps added to a running run)."""
     return _validate_step(index, step)
@@ -467,6 +476,7 @@ def validate_spec(data) -> dict:
             _fail(f"step {step['key']!r} run", "a spec cannot run itself as a child workflow")
     if cycle_at := _find_cycle(normal_steps):
         _fail(f"step {cycle_at!r}", "is part of a dependency cycle")
+    check_grants(name, normal_steps)
     normal = {"name": name, "description": data.get("description", ""), "steps": normal_steps}
     if "max_parallel" in data:
         _number("spec", data, "max_parallel", integer=True, positive=True)

@@ -331,8 +331,16 @@ def _refused(key: str, error) -> tuple[str, dict] | None:
     return (key, errors) if errors else None
 
 
+def _require_readable(request, pk: int) -> None:
+    """404 for a run this person may not read: a refusal shows nothing of it either."""
+    if not permissions.sees_every_run(request.user) and not readable_runs(
+            request.user).filter(pk=pk).exists():
+        raise Http404(f"Run {pk} does not exist.")
+
+
 @require_POST
 def step_action(request, pk: int, key: str, action: str):
+    _require_readable(request, pk)
     run = pk  # the engine locks and reads it; a run that does not exist is a 404 from there
     comment = request.POST.get("comment", "").strip()
     try:
@@ -358,7 +366,7 @@ def step_action(request, pk: int, key: str, action: str):
 
 @require_http_methods(["GET", "POST"])
 def run_cancel(request, pk: int):
-    run = get_object_or_404(Run.objects.select_related("spec"), pk=pk)
+    run = get_object_or_404(readable_runs(request.user).select_related("spec"), pk=pk)
     if request.method == "GET":  # the confirmation page for browsers without JavaScript
         if not can_operate(request.user):
             return HttpResponseForbidden("Cancelling needs the operator permission.")
@@ -375,7 +383,7 @@ def run_cancel(request, pk: int):
 
 @require_POST
 def run_recover(request, pk: int):
-    run = get_object_or_404(Run, pk=pk)
+    run = get_object_or_404(readable_runs(request.user), pk=pk)
     try:
         verdicts = recover_run(run, actor=request.user)
     except engine.WorkflowError as exc:
@@ -508,8 +516,10 @@ def dev_mail(request):
 
     if not settings.DEBUG:
         raise Http404("The development mail page exists with DEBUG only.")
-    mails = Notification.objects.select_related("user").order_by("-created_at")[:100]
-    return render(request, "workflows/dev_mail.html", {"mails": mails})
+    mails = Notification.objects.select_related("user").order_by("-created_at")
+    if not request.user.is_staff:  # each person their own mail; all of it to staff
+        mails = mails.filter(user=request.user)
+    return render(request, "workflows/dev_mail.html", {"mails": mails[:100]})
 
 
 @require_GET

@@ -245,8 +245,8 @@ def _execute_one(step: Step, owner: str, chain: bool = True):
 def _execute_attempt(step: Step, owner: str, chain: bool):
     token = step.lease_token
     context = {"run_id": step.run_id, "step_key": step.key, "attempt": step.attempt,
-               "params": step.run.params, "lease": {"kind": "step", "id": step.pk,
-                                                    "token": token}}
+               "spec": step.run.spec_name, "params": step.run.params,
+               "lease": {"kind": "step", "id": step.pk, "token": token}}
     stop = KEEPER.hold("step", step.pk, token, settings.TOLLGATE_LEASE_SECONDS,
                        since=getattr(step, "claimed_since", None))
 
@@ -327,9 +327,13 @@ def record_orphans(force: bool = False) -> int:
 
 def _record_orphan(kind: str, pk: int, token: str, folder) -> int:
     model = Step if kind == "step" else Compensation
-    row = (model.objects.select_related("run").filter(pk=pk, lease_token=token,
-                                                      status="running").first())
+    row = model.objects.select_related("run").filter(pk=pk).first()
     if row is None:
+        # Not a row of this database: not ours to record, nor to delete.
+        log.warning("Spool folder %s names no %s of this database; left as it is",
+                    folder.name, kind)
+        return 0
+    if row.lease_token != token or row.status != "running":
         spool.discard(folder)  # reclaimed, cancelled or recorded already
         return 0
     if not spool.finished(folder):
@@ -338,7 +342,7 @@ def _record_orphan(kind: str, pk: int, token: str, folder) -> int:
     try:
         secrets = secret_values(resolved_env(action))
     except MissingSecret:
-        secrets = secret_values({})
+        secrets = secret_values({})  # every secret this worker knows is redacted anyway
     kept = spool.kept_outcome(folder)
     outcome = Outcome(**kept) if kept is not None else outcome_of(folder, secrets)
     if kind == "step":
@@ -399,7 +403,8 @@ def compensate_run(run_id: int) -> list[str]:
                            since=since)
         try:
             context = {"run_id": run_id, "step_key": row.step.key, "attempt": row.attempt,
-                       "params": row.run.params, "compensating": True,
+                       "spec": row.run.spec_name, "params": row.run.params,
+                       "compensating": True,
                        "lease": {"kind": "compensation", "id": row.pk,
                                  "token": row.lease_token}}
             with logs.about(run=run_id, step=row.step.key, attempt=row.attempt,

@@ -24,6 +24,7 @@ from django.db import connection
 from workflows import engine, processes
 from workflows.models import Checkpoint, Compensation, OutboxMessage, Run, Step
 from workflows.specs import SpecError, store_spec
+from workflows.spool import root as spool_root
 
 from ..support.attempts import logged_shell, overlaps, ran_to_the_end
 from ..workflows.consumers import wait_for
@@ -104,7 +105,7 @@ class Injector:
         if index is None:
             return self.kill()
         os.kill(self.pool[index].pid, signal.SIGSTOP)
-        folder = self.spool / f"step-{step.pk}-{step.lease_token}"
+        folder = spool_root() / f"step-{step.pk}-{step.lease_token}"
         deadline = time.monotonic() + 3
         while not (folder / "result.json").exists() and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -11,7 +11,41 @@ from django.db import connection
 
 from ..support.processes import ROOT, inner_pid, start_consumer, stop, wait_for
 
-__all__ = ["ROOT", "Consumer", "consumer_env", "database_url", "wait_for"]
+__all__ = ["ROOT", "Consumer", "consumer_env", "database_url", "freeze", "wait_for"]
+
+
+def _sqlite_writable() -> bool:
+    """Can a writer take SQLite's one write lock now (nobody holds it)?"""
+    import sqlite3
+
+    probe = sqlite3.connect(connection.settings_dict["NAME"], timeout=0.2,
+                            isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        probe.close()
+
+
+def freeze(pid: int, timeout: float = 60) -> None:
+    """SIGSTOP a consumer. On SQLite, at a moment it holds no write lock: SQLite has one
+    writer, and a consumer frozen inside a write would hold every other writer back until
+    it thaws (the README says so); the test is about a frozen worker, not that."""
+    import signal
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        os.kill(pid, signal.SIGSTOP)
+        if connection.vendor != "sqlite" or _sqlite_writable():
+            return
+        os.kill(pid, signal.SIGCONT)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"consumer {pid} held SQLite's write lock for {timeout}s")
+        time.sleep(0.02)
 
 
 def database_url() -> str:

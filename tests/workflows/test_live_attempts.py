@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from workflows import engine, processes, sweeper
+from workflows import engine, processes, spool, sweeper
 from workflows.models import Checkpoint, Compensation, Run, Step
 from workflows.recovery import recover_run
 from workflows.specs import store_spec
@@ -20,7 +20,7 @@ from workflows.specs import store_spec
 from ..conftest import make_user
 from ..support.attempts import logged_shell, overlaps, ran_to_the_end, read
 from ..support.processes import libfaketime
-from .consumers import wait_for
+from .consumers import freeze, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.consumer]
 
@@ -98,7 +98,7 @@ def test_a_frozen_consumer_s_command_is_fenced_before_its_lease_ends(consumers, 
     run = engine.open_run(one_step("frozen", logged_shell(log, 6), max_retries=1)).run
     step = running_step(run)
     consumers(workers=1)  # a healthy consumer, with its own sweeper, stands by
-    os.kill(frozen.pid, signal.SIGSTOP)
+    freeze(frozen.pid)
     try:
         wait_for(lambda: not alive(step.child_pid), 5, 0.05, what="the fenced command to stop")
         lease_end = Step.objects.get(pk=step.pk).lease_expires_at.timestamp()
@@ -148,7 +148,7 @@ def test_a_frozen_worker_elsewhere_is_reclaimed_after_its_lease_without_overlap(
     frozen = consumers(workers=1, container="box-b", TOLLGATE_LEASE_SECONDS="3")
     run = engine.open_run(one_step("elsewhere", logged_shell(log, 6), max_retries=1)).run
     step = running_step(run)
-    os.kill(frozen.pid, signal.SIGSTOP)
+    freeze(frozen.pid)
     try:
         consumers(workers=1, TOLLGATE_LEASE_SECONDS="3")
         assert wait_for(lambda: finished(run), 40, what="the run to finish") == "completed"
@@ -263,7 +263,7 @@ def test_a_result_finished_before_its_consumer_died_is_recorded_not_run_again(
     step = running_step(run)
     wait_for(lambda: marks.exists(), 10, 0.01, what="the command to start")
     os.kill(first.pid, signal.SIGSTOP)  # the worker can record nothing from here on
-    folder = Path(settings.TOLLGATE_SPOOL_DIR) / f"step-{step.pk}-{step.lease_token}"
+    folder = spool.root() / f"step-{step.pk}-{step.lease_token}"
     wait_for(lambda: (folder / "result.json").exists(), 10, 0.05, what="the result on disk")
     first.kill()
     consumers(workers=1, **env)
@@ -300,7 +300,7 @@ def test_a_result_the_database_could_not_take_is_kept_until_it_returns(tmp_path,
                         lambda *a, **k: (_ for _ in ()).throw(OperationalError("away")))
     with pytest.raises(OperationalError):
         worker._execute_one(step, "w", chain=False)
-    [folder] = list(Path(settings.TOLLGATE_SPOOL_DIR).iterdir())
+    [folder] = list(spool.root().iterdir())
     assert (folder / "handed_over").exists() and (folder / kept).exists()
     assert Step.objects.get(pk=step.pk).status == "running"
     monkeypatch.setattr(engine, "complete_step", real)
@@ -342,7 +342,6 @@ def test_a_pooled_connection_that_lost_its_server_is_retried_like_a_blink(settin
 def test_a_finished_compensation_whose_worker_died_is_recorded_not_run_again(tmp_path,
                                                                               settings):
     """The same for an undo: its result in the spool is recorded once its worker is gone."""
-    import json
 
     from workflows import executors, worker
     from workflows.engine import compensations
@@ -363,10 +362,8 @@ def test_a_finished_compensation_whose_worker_died_is_recorded_not_run_again(tmp
     outcome = executors.execute(row.step.compensation, context=context, shared_state={},
                                 stop=threading.Event())
     assert outcome.ok and outcome.spooled is not None
-    # Its worker dies here, before recording it: the folder names a holder that is gone.
-    me = processes.this_process()
-    (outcome.spooled / "holder.json").write_text(json.dumps(
-        {**me.as_dict(), "started": (me.started or 0) + 1}))
+    # Its worker dies here, before recording it: its hold on the folder ends with it.
+    spool._let_go(outcome.spooled)
     assert worker.record_orphans(force=True) == 1
     row.refresh_from_db()
     assert row.status == "done" and list(ran_to_the_end(log).values()) == [1]

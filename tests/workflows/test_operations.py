@@ -14,7 +14,7 @@ from workflows import engine, presence
 from workflows.models import PeriodicRun, Step, Worker
 from workflows.specs import store_spec
 
-from .consumers import wait_for
+from .consumers import freeze, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -37,7 +37,7 @@ def test_the_workers_page_shows_live_killed_and_frozen_consumers(consumers, sett
     holder = wait_for(holder_of_step, 30, what="its holder to report the step")
     others = [c for c in (live, killed, frozen) if c.pid != holder.pid]
     others[0].kill()
-    os.kill(others[1].pid, signal.SIGSTOP)
+    freeze(others[1].pid)
     try:
         wait_for(lambda: {w.pid: presence.state(w) for w in Worker.objects.all()}.get(
             others[1].pid) == "silent", 30, what="the frozen consumer to fall silent")

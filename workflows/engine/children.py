@@ -136,6 +136,20 @@ def child_ended(child_run_id: int) -> Checkpoint | None:
                      retryable=ended == RunStatus.FAILED)
 
 
+def child_gone(run_id: int, key: str, *, actor=None) -> Checkpoint | None:
+    """End a step that waits for a child run no longer in the database (deleted by hand, or
+    by a prune from before prunes waited for parents): it fails, retried while it has
+    retries, as if its child had failed. None when the step waits for nothing missing."""
+    with locked(run_id, key=key) as state:
+        step = state.step(key)
+        if (step.status != StepStatus.RUNNING or step.lease_token or step.child_run_id
+                or "workflow" not in (step.config.get("run") or {})):
+            return None
+        return _fail(state, step, actor or "recover",
+                     "Its child run is gone from the database", {"child_run": None},
+                     retryable=True)
+
+
 def open_children(run_id: int) -> list[int]:
     """The open child runs of a run's steps."""
     return list(Run.objects.filter(parent_step__run_id=run_id, status__in=OPEN_RUN_STATUSES)

@@ -13,9 +13,11 @@ from .moves import (
     COMMENT_LIMIT,
     check_text,
     close_gate,
+    decided_keys,
     fail_for_good,
     merge_state,
     require_open,
+    reserve_key,
 )
 from .rows import RunState, locked
 
@@ -94,9 +96,13 @@ def approve(run, key: str, *, user, comment: str = "", values: dict | None = Non
         _record_decision(step, user, Decision.APPROVE, comment, filled)
         patch = {}
         if filled:
+            # Earlier approvers' values stand beside these; anything else under the key
+            # was not an approver's, and goes.
             shared = state.run.shared_state or {}
-            earlier = shared.get(key) if isinstance(shared.get(key), dict) else {}
-            patch = merge_state(state.run, {key: {**earlier, **filled}})
+            earlier = shared.get(key) if key in decided_keys(state.run) else None
+            earlier = earlier if isinstance(earlier, dict) else {}
+            patch = merge_state(state.run, {key: {**earlier, **filled}}, gate=key)
+            reserve_key(state.run, key)
         count = 1 + sum(1 for _, decision in decided if decision == Decision.APPROVE)
         evidence = {"approvals": count, "required": step.approval_required}
         if filled:

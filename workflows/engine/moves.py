@@ -52,15 +52,47 @@ def check_value(value, where: str) -> None:
         raise InvalidInput(str(exc)) from None
 
 
-def merge_state(run: Run, patch) -> dict:
-    """Merge a step's state patch into the run's shared state; returns what was merged."""
+def decided_keys(run: Run) -> set[str]:
+    return set(run.decided_keys.split())
+
+
+def merge_state(run: Run, patch, *, gate: str | None = None) -> dict:
+    """Merge a step's state patch into the run's shared state; returns what was merged.
+    A key a gate's approvers wrote is theirs: only that gate (`gate`) writes it again."""
     if patch in (None, {}):
         return {}
     if not isinstance(patch, dict):
         raise InvalidInput("state_patch must be a JSON object.")
     check_value(patch, "state_patch")
+    if taken := sorted(decided_keys(run).intersection(patch) - {gate}):
+        raise InvalidInput(_decided_refusal(taken))
     run.shared_state = {**(run.shared_state or {}), **patch}
     return patch
+
+
+def replace_state(run: Run, state: dict) -> dict:
+    """The whole shared state replaced (an agent's report), keeping what approvers chose."""
+    check_value(state, "state_patch")
+    if not isinstance(state, dict):
+        raise InvalidInput("state_patch must be a JSON object.")
+    shared = run.shared_state or {}
+    if changed := sorted(key for key in decided_keys(run)
+                         if key in shared and state.get(key, object()) != shared[key]):
+        raise InvalidInput(_decided_refusal(changed))
+    run.shared_state = dict(state)
+    return run.shared_state
+
+
+def reserve_key(run: Run, key: str) -> None:
+    """The gate `key` has written its approvers' values: no other patch may change them."""
+    if key not in decided_keys(run):
+        run.decided_keys = " ".join(sorted(decided_keys(run) | {key}))
+
+
+def _decided_refusal(keys: list[str]) -> str:
+    names = ", ".join(repr(key) for key in keys)
+    return (f"state_patch may not change {names}: what the approvers of gate {names} chose "
+            "is kept as they decided it.")
 
 
 def begin_attempt(step: Step, now) -> None:

@@ -113,6 +113,7 @@ def open_run(
                "params": values if params is not None else None}
     if idempotency_key:
         existing = _run_with_key(spec.name, idempotency_key, reuse)
+        _require_own_key(existing, idempotency_key, actor)
         if existing and reuse == "none":
             raise IllegalTransition(f"Idempotency key {idempotency_key!r} was used by run "
                                     f"{existing.pk} (reuse none: a key is used once).")
@@ -154,11 +155,22 @@ def open_run(
         existing = _open_run_with_key(spec.name, idempotency_key) if idempotency_key else None
         if existing is None:
             raise
+        _require_own_key(existing, idempotency_key, actor)
         if reuse == "none":
             raise IllegalTransition(f"Idempotency key {idempotency_key!r} was used by run "
                                     f"{existing.pk} (reuse none: a key is used once).") from None
         return _reused(existing, idempotency_key, request)
     return Opened(run, False)
+
+
+def _require_own_key(existing: Run | None, key: str, actor) -> None:
+    """A key another person's run holds answers 409 naming nothing of that run: keys are
+    one namespace, runs are not everyone's to see."""
+    if existing is None or not permissions.is_person(actor):
+        return
+    if existing.requested_by_id != actor.pk:
+        raise IllegalTransition(f"Idempotency key {key!r} is already used by another "
+                                "requester's run; choose another key.")
 
 
 def _reused(existing: Run, key: str, request: dict) -> Opened:
@@ -286,7 +298,7 @@ def add_steps(run, items, *, actor=None) -> list[Checkpoint]:
     Added steps are authorised like a spec that contains them: steps or compensations that
     run programs need author_command_spec; only an operator adds a gate, and an added gate
     never allows self-approval. A run holds at most TOLLGATE_MAX_STEPS_PER_RUN steps."""
-    from ..specs import SpecError, masked, require_program_author, validate_step
+    from ..specs import SpecError, check_grants, masked, require_program_author, validate_step
 
     if not isinstance(items, list) or not items:
         raise InvalidInput("steps must be a non-empty list of steps.")
@@ -303,6 +315,10 @@ def add_steps(run, items, *, actor=None) -> list[Checkpoint]:
         run = state.run
         require_requester_or_operator(actor, run, "add steps to")
         require_open(run, "add steps")
+        try:
+            check_grants(run.spec_name, normal)
+        except SpecError as exc:
+            raise InvalidInput(str(exc)) from None
         existing = dict(Step.objects.filter(run=run).values_list("key", "status"))
         if len(existing) + len(normal) > cap:
             raise InvalidInput(f"steps: run {run.pk} has {len(existing)} steps; adding "

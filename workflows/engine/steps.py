@@ -25,6 +25,7 @@ from .moves import (
     fail_for_good,
     merge_state,
     open_gate,
+    replace_state,
     require_open,
     require_operator,
     require_requester_or_operator,
@@ -449,10 +450,7 @@ def record_transition(run, key: str, *, actor=None, step_status: str | None = No
             if step_status in (StepStatus.COMPLETED, StepStatus.FAILED):
                 close_gate(step)  # a wait step's timeout no longer applies
         if shared_state_mode == "replace":
-            check_value(state_patch, "state_patch")
-            if not isinstance(state_patch, dict):
-                raise InvalidInput("state_patch must be a JSON object.")
-            run.shared_state = patch = dict(state_patch)
+            patch = replace_state(run, state_patch)
         else:
             patch = merge_state(run, state_patch)
         if next_action is not None:

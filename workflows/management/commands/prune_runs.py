@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -37,7 +38,10 @@ class Command(BaseCommand):
         path = Path(options["out"] or settings.VAR_DIR
                     / f"pruned-runs-{timezone.now():%Y-%m-%d}.jsonl")
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as out:
+        # The export holds the runs' params, state and outputs: its owner's alone.
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.fchmod(descriptor, 0o600)
+        with os.fdopen(descriptor, "a") as out:
             deleted = retention.prune_runs(days, out, batch=options["batch"])
         self.stdout.write(f"Exported and deleted {deleted} run(s); the export is in {path}.")
         if deleted == 0:

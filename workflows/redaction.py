@@ -1,0 +1,149 @@
+"""Keeping secrets out of what is stored: every secret value this worker knows, whatever its
+variable is called, in the forms a command could print it (plain, reversed, base64, URL,
+hex, JSON-escaped) and any long enough piece of it.
+
+What is known: the secret settings (signing key, database, mail and Redis passwords), every
+named secret the worker can resolve (TOLLGATE_SECRET_* variables and the files of
+TOLLGATE_SECRETS_DIR), the worker's secret-looking variables and those TOLLGATE_REDACT_ENV
+names, and whatever the caller adds (an account's values, a step's env).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+from pathlib import Path
+from urllib.parse import quote, quote_plus, urlsplit
+
+from django.conf import settings
+
+REDACTED = "[redacted]"
+SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
+SECRET_PREFIX = "TOLLGATE_SECRET_"
+SHORTEST = 4  # shorter values are redacted nowhere: they would blank ordinary words
+PIECE = 8  # any run of this many characters of a secret counts as the secret
+SECRET_FILE_CAP = 64 * 1024
+
+
+def _settings_secrets() -> set[str]:
+    values = {settings.SECRET_KEY}
+    values.update(db.get("PASSWORD") or "" for db in settings.DATABASES.values())
+    for mailer in getattr(settings, "MAILERS", {}).values():
+        values.add(mailer.get("OPTIONS", {}).get("password") or "")
+    if getattr(settings, "REDIS_URL", ""):
+        values.add(urlsplit(settings.REDIS_URL).password or "")
+    return values
+
+
+def _folder_secrets() -> set[str]:
+    """Every secret file this worker could hand a step, read as `secret_value` reads it."""
+    folder = settings.TOLLGATE_SECRETS_DIR
+    if not folder:
+        return set()
+    values = set()
+    try:
+        entries = list(Path(folder).iterdir())
+    except OSError:
+        return set()
+    for path in entries:
+        try:
+            if path.is_file() and path.stat().st_size <= SECRET_FILE_CAP:
+                values.add(path.read_text().rstrip("\n"))
+        except (OSError, UnicodeDecodeError):
+            continue
+    return values
+
+
+def known_secrets(extra=()) -> list[str]:
+    """Every secret value to keep out of what is stored, longest first."""
+    named = {name.upper() for name in settings.TOLLGATE_REDACT_ENV}
+    values = _settings_secrets() | _folder_secrets() | set(extra)
+    values.update(value for name, value in os.environ.items()
+                  if name.startswith(SECRET_PREFIX) or name.upper() in named
+                  or any(marker in name.upper() for marker in SECRET_MARKERS))
+    return sorted({v for v in values if v and len(v) >= SHORTEST}, key=len, reverse=True)
+
+
+def _base64_cores(raw: bytes) -> set[str]:
+    """The base64 text of `raw` wherever it sits in a longer encoded stream: for each of the
+    three alignments, the characters that encode only bytes of `raw`."""
+    cores = set()
+    for shift in range(3):
+        encoded = base64.b64encode(b"\0" * shift + raw + b"\0\0").decode()
+        first = -(-shift // 3)  # the first group of 3 bytes wholly inside raw
+        last = (shift + len(raw)) // 3  # one past the last such group
+        core = encoded[4 * first:4 * last]
+        if len(core) >= PIECE:
+            cores.update((core, core.replace("+", "-").replace("/", "_")))
+    return cores
+
+
+def forms(secret: str) -> set[str]:
+    """The ways a command could print `secret` whole."""
+    raw = secret.encode()
+    found = {secret, secret[::-1], raw.hex(), raw.hex().upper(),
+             quote(secret, safe=""), quote_plus(secret), json.dumps(secret)[1:-1]}
+    plain = base64.b64encode(raw).decode()
+    found.update((plain, plain.rstrip("="), base64.urlsafe_b64encode(raw).decode().rstrip("=")))
+    found.update(_base64_cores(raw))
+    return {form for form in found if len(form) >= SHORTEST}
+
+
+def pieces(text: str) -> set[str]:
+    """Every run of PIECE characters of a long enough text."""
+    if len(text) <= PIECE:
+        return set()
+    return {text[i:i + PIECE] for i in range(len(text) - PIECE + 1)}
+
+
+class Redactor:
+    """Replaces every form and every long enough piece of the given secrets with
+    [redacted]: overlapping matches are merged, so a cut secret leaves nothing behind."""
+
+    def __init__(self, secrets):
+        patterns = set()
+        for secret in secrets:
+            patterns |= forms(secret)
+            patterns |= pieces(secret) | pieces(secret[::-1])
+        self.pattern = None
+        if patterns:
+            ordered = sorted(patterns, key=len, reverse=True)
+            # A lookahead finds every match, overlapping ones too; spans are merged below.
+            self.pattern = re.compile("(?=(" + "|".join(map(re.escape, ordered)) + "))")
+
+    def text(self, text: str) -> str:
+        if self.pattern is None or not text:
+            return text
+        spans: list[list[int]] = []
+        for match in self.pattern.finditer(text):
+            start, end = match.start(), match.start() + len(match[1])
+            if spans and start <= spans[-1][1]:
+                spans[-1][1] = max(spans[-1][1], end)
+            else:
+                spans.append([start, end])
+        if not spans:
+            return text
+        out, at = [], 0
+        for start, end in spans:
+            out += (text[at:start], REDACTED)
+            at = end
+        out.append(text[at:])
+        return "".join(out)
+
+    def value(self, value):
+        """A JSON value with the secrets redacted from every string, keys included."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self.text(k): self.value(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.value(v) for v in value]
+        return value
+
+
+def redactor(extra=()) -> Redactor:
+    """A redactor for every secret this worker knows, and `extra`."""
+    return Redactor(known_secrets(extra))
+
