@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import DataError
+from django.db import DataError, IntegrityError
 from django.http import Http404
 from django.utils import timezone
 from ninja import NinjaAPI
@@ -172,6 +172,14 @@ def on_database_away(request, exc):
 
 for away in dbfaults.AWAY:  # what dbfaults counts as the database away, and nothing else
     api.add_exception_handler(away, on_database_away)
+
+
+@api.exception_handler(IntegrityError)
+def on_conflict(request, exc):
+    """A write the database refused as conflicting with one made at the same moment (or
+    repeated across a restart): the request changed nothing, and may be sent again."""
+    return error(request, "This conflicts with a change made at the same time; nothing was "
+                          "changed. Read the resource again and retry.", 409)
 
 
 @api.exception_handler(DataError)

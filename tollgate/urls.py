@@ -94,6 +94,7 @@ def server_error(request):
     a 503 with Retry-After: the person, or the htmx press, may simply try again."""
     import sys
 
+    from django.db import IntegrityError
     from django.views.defaults import server_error as plain
 
     from .dbfaults import AWAY
@@ -106,6 +107,10 @@ def server_error(request):
                                 content_type="text/plain", status=503)
         response["Retry-After"] = "5"
         return response
+    if isinstance(sys.exc_info()[1], IntegrityError):
+        return HttpResponse("This conflicts with a change made at the same time; nothing was "
+                            "changed. Reload the page and try again.",
+                            content_type="text/plain", status=409)
     return plain(request)
 
 

@@ -44,12 +44,34 @@ def check_url(url: str) -> tuple[str, int]:
     return host, port or (443 if parts.scheme == "https" else 80)
 
 
+NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+
+
+def embedded_ipv4(address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address carries and reaches: mapped (::ffff:a.b.c.d),
+    compatible (::a.b.c.d), NAT64 (64:ff9b::a.b.c.d), 6to4 and Teredo."""
+    if address.version != 6:
+        return None
+    if address.ipv4_mapped:
+        return address.ipv4_mapped
+    if address.sixtofour:
+        return address.sixtofour
+    if address.teredo:
+        return address.teredo[1]
+    value = int(address)
+    if (value >> 32 == 0 and value > 1) or any(address in net for net in NAT64):
+        return ipaddress.IPv4Address(value & 0xFFFFFFFF)
+    return None
+
+
 def check_address(address) -> None:
     if settings.TOLLGATE_WEBHOOK_ALLOW_PRIVATE:
         return
-    if not address.is_global or address.is_multicast:
-        raise RefusedAddress(f"{address} is a loopback, link-local, private or reserved "
-                             "address (TOLLGATE_WEBHOOK_ALLOW_PRIVATE allows them)")
+    inner = embedded_ipv4(address)
+    for each in (address, inner) if inner else (address,):
+        if not each.is_global or each.is_multicast:
+            raise RefusedAddress(f"{address} is a loopback, link-local, private or reserved "
+                                 "address (TOLLGATE_WEBHOOK_ALLOW_PRIVATE allows them)")
 
 
 def resolve(url: str) -> tuple[str, int, str]:

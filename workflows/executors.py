@@ -128,12 +128,28 @@ def command_env(context: dict, state_file: Path, patch_file: Path,
             if name in os.environ}
     params = {env_name(name): value if isinstance(value, str) else json.dumps(value)
               for name, value in (context.get("params") or {}).items()}
+    fence = {f"TOLLGATE_{name.upper()}": str(value) for name, value in fence_of(context).items()}
     return {**base, **env, **params,
             "TOLLGATE_RUN_ID": str(context["run_id"]),
             "TOLLGATE_STEP_KEY": context["step_key"],
             "TOLLGATE_ATTEMPT": str(context["attempt"]),
+            **fence,
             "TOLLGATE_STATE_FILE": str(state_file),
             "TOLLGATE_STATE_PATCH_FILE": str(patch_file)}
+
+
+def fence_of(context: dict) -> dict:
+    """What lets the systems a command writes to refuse a stale attempt: the fencing token
+    grows with each attempt within its scope (a run's step, or its compensation), so a
+    resource that keeps the highest token it has seen per scope and refuses lower ones is
+    never written by an attempt that was frozen past its lease and thawed. The lease token
+    names this attempt's lease."""
+    kind = "compensation" if context.get("compensating") else "step"
+    fence = {"fencing_scope": f"run/{context['run_id']}/{kind}/{context['step_key']}",
+             "fencing_token": context["attempt"]}
+    if context.get("lease"):
+        fence["lease_token"] = context["lease"]["token"]
+    return fence
 
 
 SUPERVISOR = Path(__file__).with_name("supervise.py")
@@ -244,10 +260,11 @@ def _run_in(work: Path, action, env, user, context, shared_state, stop, grace, c
     io = work / "io"
     io.mkdir(mode=0o700)
     state_file, patch_file = io / "state.json", io / "state_patch.json"
-    # The run's shared state, and its params (read-only) under "params" when it has any.
     params = context.get("params")
-    state_file.write_text(json.dumps({**shared_state, "params": params} if params
-                                     else shared_state))
+    # The run's shared state, its params (read-only) under "params" when it has any, and
+    # the attempt's fence under "tollgate".
+    state_file.write_text(json.dumps({**shared_state, **({"params": params} if params else {}),
+                                      "tollgate": fence_of(context)}))
     argv = ["/bin/sh", "-c", action["shell"]] if "shell" in action else action["command"]
     clean = command_env(context, state_file, patch_file, env)
     if user:
@@ -298,7 +315,7 @@ def outcome_of(work: Path, secrets: list[str], cap: int | None = None) -> Outcom
     clean = redaction.Redactor({*secrets, *spec.get("redact", [])})
     argv = spec.get("argv") or ["?"]
     result = _read_json(work / "result.json") or {}
-    reason = (_read_text(work / "reason") or "").strip()
+    reason = worker_reason = (_read_text(work / "reason") or "").strip()
     if not reason and result.get("stopped") == "fenced":
         reason = "fenced"  # the supervisor stopped it: the lease ran out unrenewed
     if result.get("error") and result.get("exit_code") is None and "pid" not in result:
@@ -321,7 +338,12 @@ def outcome_of(work: Path, secrets: list[str], cap: int | None = None) -> Outcom
         evidence["timed_out"] = True
         return Outcome(False, f"Timed out after {spec.get('timeout_seconds')}s; process tree "
                               "terminated", evidence)
-    if reason or result.get("stopped") == "owner_gone":
+    supervisor_stop = result.get("stopped") in ("owner_gone", "fenced") and not worker_reason
+    if supervisor_stop and result.get("exit_code") is not None:
+        # Told to stop, the command exited by itself (its own exit code, no signal): it
+        # finished, and its exit code says how. Only a command a signal ended runs again.
+        evidence["stopped_then_exited"] = result["stopped"]
+    elif reason or result.get("stopped") == "owner_gone":
         reason = reason or "owner_gone"
         evidence["terminated"] = reason
         return Outcome(False, STOP_SUMMARIES.get(reason, STOP_SUMMARIES["stopped"]),

@@ -704,11 +704,16 @@ class Notification(models.Model):
     created_at = models.DateTimeField(default=now)
     sent_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
+    # Sending: tried this often; the next try is due then (none: sent, or given up).
+    attempts = models.PositiveIntegerField(default=0, db_default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
         constraints = [models.UniqueConstraint(fields=["user", "key"],
                                                name="notification_once_per_event_and_user")]
+        indexes = [models.Index(fields=["next_attempt_at"], name="mail_due_idx",
+                                condition=models.Q(sent_at__isnull=True))]
 
     def __str__(self) -> str:
         return f"{self.event} to {self.user_id}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
@@ -45,8 +46,16 @@ def messages_for(checkpoint: Checkpoint, event: str, step_key: str):
             f"Your run {run} failed: {run.error or checkpoint.summary}\n{link}\n")
 
 
+# Seconds before each retry of a mail the server did not take; then it is given up.
+RETRY_DELAYS = (10, 60, 300, 1800, 3600, 3 * 3600)
+CLAIM_SECONDS = 120  # a mail being sent is this long away from being claimed again
+
+
 def deliver(checkpoint_id: int, events) -> int:
-    """Send the messages for a checkpoint's events; returns how many were sent now."""
+    """Record the messages for a checkpoint's events (one row per person and event, however
+    often this runs) and send each; returns how many were sent now. A mail the server does
+    not take stays pending and is sent again (`send_due`) until it goes or its retries run
+    out, so a mail server that is down loses nothing."""
     checkpoint = Checkpoint.objects.select_related("run", "run__requested_by").filter(
         pk=checkpoint_id).first()
     if checkpoint is None:
@@ -57,17 +66,44 @@ def deliver(checkpoint_id: int, events) -> int:
             key = f"{checkpoint.run_id}:{checkpoint.seq}:{event}:{step_key}"
             try:
                 with transaction.atomic():
-                    note = Notification.objects.create(user=user, key=key, event=event,
-                                                       run=checkpoint.run, subject=subject,
-                                                       body=body)
+                    note = Notification.objects.create(
+                        user=user, key=key, event=event, run=checkpoint.run, subject=subject,
+                        body=body, next_attempt_at=timezone.now())
             except IntegrityError:
-                continue  # claimed by an earlier try of this task: never send twice
-            try:
-                send_mail(subject, body, None, [user.email])
-            except Exception as exc:  # recorded; a resend would risk a duplicate
-                log.exception("Notification %s to %s failed", key, user)
-                Notification.objects.filter(pk=note.pk).update(error=str(exc)[:2000])
-                continue
-            Notification.objects.filter(pk=note.pk).update(sent_at=timezone.now())
-            sent += 1
+                continue  # recorded by an earlier try of this task: send_due has it
+            sent += send(note.pk)
     return sent
+
+
+def send(notification_id: int, now=None) -> bool:
+    """Send one pending mail if it is due, claiming it first (two workers never send it at
+    once); record the attempt. True when the server took it."""
+    now = now or timezone.now()
+    claimed = Notification.objects.filter(
+        pk=notification_id, sent_at__isnull=True, next_attempt_at__lte=now).update(
+        next_attempt_at=now + timedelta(seconds=CLAIM_SECONDS))
+    note = Notification.objects.select_related("user").filter(pk=notification_id).first()
+    if not claimed or note is None:
+        return False
+    try:
+        send_mail(note.subject, note.body, None, [note.user.email])
+    except Exception as exc:
+        attempts = note.attempts + 1
+        retry = (timezone.now() + timedelta(seconds=RETRY_DELAYS[attempts - 1])
+                 if attempts <= len(RETRY_DELAYS) else None)
+        log.warning("Mail %s to %s failed (attempt %s): %s; %s", note.key, note.user,
+                    attempts, exc, f"again at {retry:%H:%M:%S}" if retry else "given up")
+        Notification.objects.filter(pk=note.pk).update(
+            attempts=attempts, next_attempt_at=retry, error=f"{type(exc).__name__}: {exc}"[:2000])
+        return False
+    Notification.objects.filter(pk=note.pk).update(
+        sent_at=timezone.now(), attempts=note.attempts + 1, next_attempt_at=None, error="")
+    return True
+
+
+def send_due(now=None, limit: int = 100) -> int:
+    """Send the pending mails whose next attempt is due; returns how many went."""
+    now = now or timezone.now()
+    due = list(Notification.objects.filter(sent_at__isnull=True, next_attempt_at__lte=now)
+               .order_by("next_attempt_at").values_list("pk", flat=True)[:limit])
+    return sum(send(pk, now) for pk in due)

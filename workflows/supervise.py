@@ -182,11 +182,17 @@ class Supervisor:
         self.start()
         while self.status is None:
             readable, _, _ = select.select([self.lifeline], [], [], 0.05)
-            if readable and not self.hear():
+            owner_gone = readable and not self.hear()
+            fenced = self.fence_at is not None and time.monotonic() >= self.fence_at
+            if owner_gone or fenced:
+                self.reap()  # a command that has just exited finished: no stop to record
+                if self.status is not None:
+                    break
+            if owner_gone:
                 self.stopped = "owner_gone"
                 self.stop_tree(OWNER_GONE_GRACE)
                 break
-            if self.fence_at is not None and time.monotonic() >= self.fence_at:
+            if fenced:
                 self.stopped = "fenced"
                 self.stop_tree(self.fence_grace)
                 break

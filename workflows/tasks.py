@@ -117,6 +117,15 @@ def ring_due_outbox() -> None:
             dispatch.deliver_outbox(message_id)
 
 
+@db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
+def send_due_mail() -> None:
+    """Send again the mails the mail server did not take (down, refusing) when due."""
+    from . import notifications
+
+    with presence.periodic("send_due_mail"):
+        notifications.send_due()
+
+
 @db_task()
 def deliver_webhook(delivery_id: int) -> None:
     from . import dispatch, webhooks
