@@ -15,3 +15,8 @@ def record(context: dict) -> None:
 
 def nap(context: dict) -> None:
     time.sleep(float(context["shared_state"].get("nap", 0.2)))
+
+
+def echo_state(context: dict) -> dict:
+    """Return the shared state as its patch (what a careless callable might leak)."""
+    return dict(context["shared_state"])

@@ -342,3 +342,62 @@ class TestCommandsActAsTheSystem:
     def test_create_token(self, world):
         call_command("create_token", "rita", "--name", "made", stdout=io.StringIO())
         assert EFFECTS["token_create"](world)
+
+
+# Reading under TOLLGATE_RUN_VISIBILITY "involved": the gate's run is its requester's, its
+# approver group's, the operators' and the superusers'; every entry point follows the rule.
+READERS = {"requester", "approver", "operator", "superuser"}
+
+
+def read_cell(world, role, entry):
+    gate = world["gate"]
+    if entry == "api":
+        return api_client(world, role).get(f"/api/runs/{gate.pk}")
+    client = browser(world, role, htmx=entry == "htmx_refusal")
+    if entry == "run_page":
+        return client.get(f"/runs/{gate.pk}/")
+    if entry == "htmx_refusal":  # a reject with no comment: refused, whoever asks
+        return client.post(f"/runs/{gate.pk}/steps/qa/reject/", {"view": "inbox"})
+    if entry == "progress":
+        return client.get("/goals/progress/")
+    if entry == "admin_list":
+        return client.get("/admin/workflows/run/")
+    if entry == "admin_page":
+        return client.get(f"/admin/workflows/run/{gate.pk}/change/")
+    raise AssertionError(entry)
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("entry", ["run_page", "htmx_refusal", "progress", "admin_list",
+                                   "admin_page", "api"])
+def test_who_reads_a_run_under_involved_visibility(world, settings, role, entry):
+    settings.TOLLGATE_RUN_VISIBILITY = "involved"
+    gate = world["gate"]
+    world["users"]["staff"].user_permissions.add(Permission.objects.get(codename="view_run"))
+    response = read_cell(world, role, entry)
+    body = response.content.decode()
+    link = f"/runs/{gate.pk}/"
+    reads = role in READERS
+    if role == "anonymous":
+        assert response.status_code in (302, 401), (entry, response.status_code)
+        return
+    if entry in ("run_page", "api"):
+        assert response.status_code == (200 if reads else 404), (entry, role)
+    elif entry == "htmx_refusal":
+        assert EFFECTS["reject"](world) is False
+        if reads:  # the card again, saying why
+            assert response.status_code in (400, 403) and "comment is required" in body \
+                or "not in the" in body or "cannot decide" in body, (role, body[:300])
+        else:  # nothing of the run: not its card, not its title
+            assert response.status_code == 404 and "<article" not in body, (role, body[:300])
+    elif entry == "progress":
+        assert response.status_code == 200
+        assert (link in body) == reads, role
+    elif role in ("staff", "superuser"):  # the admin is for staff
+        admin_url = f"/admin/workflows/run/{gate.pk}/change/"
+        if entry == "admin_list":
+            assert response.status_code == 200 and (admin_url in body) == reads, role
+        else:
+            assert (response.status_code == 200) == reads, (role, response.status_code)
+    else:
+        assert response.status_code == 302 and "login" in response["Location"]

@@ -152,3 +152,20 @@ def test_tracing_records_requests_and_worker_attempts(release_spec, monkeypatch)
     attempt = next(s for s in spans.get_finished_spans() if s.name == "tollgate.attempt")
     assert attempt.attributes["tollgate.run_id"] == run.pk
     assert attempt.attributes["tollgate.step"] == "build"
+
+
+def test_the_mail_page_shows_each_person_their_own_mail_and_staff_all(client, people,
+                                                                      settings):
+    from tests.conftest import make_user
+
+    settings.DEBUG = True
+    Notification.objects.create(user=people["bob"], key="b", event="gate_waiting",
+                                subject="For bob", body="http://x.example/d/bob/")
+    Notification.objects.create(user=people["carol"], key="c", event="gate_waiting",
+                                subject="For carol", body="http://x.example/d/carol/")
+    client.force_login(people["bob"])
+    body = client.get("/dev/mail/").content.decode()
+    assert "For bob" in body and "For carol" not in body and "/d/carol/" not in body
+    client.force_login(make_user("sam", is_staff=True))
+    body = client.get("/dev/mail/").content.decode()
+    assert "For bob" in body and "For carol" in body

@@ -28,7 +28,7 @@ def bin_dir(tmp_path):
     """Fake agents and an account tool on a PATH of the test's own."""
     folder = tmp_path / "bin"
     folder.mkdir()
-    fake(folder, "claude", 'echo "claude was given: $1 | $2"; echo "token=$ACCT_TOKEN"; '
+    fake(folder, "claude", 'echo "claude was given: $*"; echo "token=$ACCT_TOKEN"; '
                            'echo \'{"reviewed": true}\' > "$TOLLGATE_STATE_PATCH_FILE"')
     fake(folder, "codex", 'echo "codex is down" >&2; exit 3')
     fake(folder, "acct", 'test "$1" = env || exit 2; '
@@ -54,7 +54,7 @@ def test_a_consumer_runs_an_agent_with_its_account_and_falls_back(consumers, bin
     step = Step.objects.get(run=run)
     evidence = step.last_evidence
     assert evidence["stdout"].splitlines() == [
-        "claude was given: -p | Review release 2.0", "token=[redacted]"]
+        "claude was given: -p -- Review release 2.0", "token=[redacted]"]
     assert evidence["provider"] == "claude" and evidence["providers_tried"] == ["codex", "claude"]
     assert evidence["account"] == {"profile": "work", "tool": "acct"}
     assert Run.objects.get(pk=run.pk).shared_state == {"reviewed": True}
@@ -69,6 +69,36 @@ def test_an_unconfigured_provider_says_how_to_set_it(settings):
                       stop=threading.Event())
     assert not outcome.ok and "set it in TOLLGATE_AGENT_COMMANDS" in outcome.summary
     assert outcome.evidence["provider"] == "codewith"
+
+
+@pytest.mark.parametrize("provider", ["claude", "codex", "opencode", "cursor"])
+def test_a_prompt_filled_to_look_like_an_option_stays_the_prompt(tmp_path, settings,
+                                                                  monkeypatch, provider):
+    """A requester's param at the start of the prompt cannot pass an option to the agent:
+    every default command line ends its options with "--" before the prompt."""
+    from workflows import agents
+
+    settings.TOLLGATE_AGENT_COMMANDS = {}
+    program = agents.DEFAULT_COMMANDS[provider][0]
+    fake(tmp_path, program, 'for a in "$@"; do echo "arg:$a"; done')
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    outcome = execute({"agent": {"providers": [provider], "prompt": "{{ params.task }}"}},
+                      context={"run_id": 1, "step_key": "a", "attempt": 1,
+                               "params": {"task": "--dangerously-skip-permissions"}},
+                      shared_state={}, stop=threading.Event())
+    assert outcome.ok, outcome.summary
+    args = outcome.evidence["stdout"].splitlines()
+    assert args[-2:] == ["arg:--", "arg:--dangerously-skip-permissions"]
+
+
+def test_a_command_line_without_an_end_of_options_refuses_such_a_prompt(settings):
+    settings.TOLLGATE_AGENT_COMMANDS = {"mine": ["mine", "--prompt", "{prompt}"]}
+    outcome = execute({"agent": {"providers": ["mine"], "prompt": "{{ params.task }}"}},
+                      context={"run_id": 1, "step_key": "a", "attempt": 1,
+                               "params": {"task": "-rf /"}},
+                      shared_state={}, stop=threading.Event())
+    assert not outcome.ok and "begins with '-'" in outcome.summary
+    assert "no '--' before" in outcome.summary
 
 
 def test_an_account_from_settings_goes_to_that_step_only(settings):

@@ -216,3 +216,80 @@ class TestConditions:
         engine.complete_step(run, "a", state_patch={"go": 1})
         assert status(run)["b"] == "pending"
         assert Step.objects.get(run=run, key="b").rung_at is not None  # ready for a worker
+
+
+OVERWRITE = {
+    "name": "overwrite",
+    "steps": [
+        {"key": "qa", "approval": {"group": "qa", "form": [
+            {"name": "rollout", "type": "choice", "options": ["canary", "full"],
+             "required": True}]}},
+        {"key": "notes", "depends_on": ["qa"]},  # a wait step its requester reports
+        {"key": "agent", "depends_on": ["qa"], "run": {"callable": "workflows.callables.noop"}},
+        {"key": "full", "depends_on": ["notes", "agent"],
+         "when": {"state": "qa.rollout", "equals": "full"},
+         "run": {"callable": "workflows.callables.noop"}},
+    ],
+}
+
+
+class TestDecidedValuesStand:
+    """What an approver chose cannot be rewritten by a later patch: not by the requester
+    reporting a wait step, not by a worker's (or an agent's) state patch."""
+
+    @pytest.fixture
+    def decided(self, people):
+        store_spec(OVERWRITE)
+        run = engine.open_run("overwrite", actor=people["bob"]).run
+        engine.approve(run, "qa", user=people["carol"], values={"rollout": "canary"})
+        return run
+
+    def test_a_transition_may_not_rewrite_the_gates_key(self, decided, people):
+        from workflows.models import ApiToken
+
+        token = ApiToken.objects.issue(people["bob"])[1]
+        response = Client(HTTP_AUTHORIZATION=f"Bearer {token}").post(
+            f"/api/runs/{decided.pk}/transition",
+            {"step": "notes", "step_status": "completed",
+             "state_patch": {"qa": {"rollout": "full"}}}, content_type="application/json")
+        assert response.status_code == 400
+        assert "'qa'" in response.json()["error"] and "approvers" in response.json()["error"]
+        with pytest.raises(engine.InvalidInput, match="gate 'qa'"):
+            engine.record_transition(decided, "notes", actor=people["bob"],
+                                     step_status="completed", state_patch={"qa": {}},
+                                     shared_state_mode="replace")
+        assert status(decided)["notes"] == "pending"  # refused whole: nothing changed
+        decided.refresh_from_db()
+        assert decided.shared_state == {"qa": {"rollout": "canary"}}
+
+    def test_a_workers_patch_to_it_fails_its_step_and_when_reads_the_choice(self, decided,
+                                                                             people):
+        engine.record_transition(decided, "notes", actor=people["bob"], step_status="completed",
+                                 state_patch={"notes": "fine"})
+        engine.start_step(decided, "agent")
+        with pytest.raises(engine.InvalidInput, match="gate 'qa'"):
+            engine.complete_step(decided, "agent", state_patch={"qa": {"rollout": "full"}})
+        # From a worker, the refused result fails the attempt, saying why.
+        from workflows import worker
+        from workflows.executors import Outcome
+
+        step = decided.steps.get(key="agent")
+        checkpoint = worker._record_step(step, step.lease_token, "worker w", Outcome(
+            True, "done", {}, {"qa": {"rollout": "full"}}))
+        assert checkpoint.kind == "step_failed" and "gate 'qa'" in checkpoint.summary
+        decided.refresh_from_db()
+        assert decided.shared_state["qa"] == {"rollout": "canary"}
+        engine.retry_step(decided, "agent", actor=people["alice"])
+        engine.start_step(decided, "agent")
+        engine.complete_step(decided, "agent", state_patch={"agent": "done"})
+        assert status(decided)["full"] == "skipped" and status(decided)["run"] == "completed"
+
+    def test_a_value_written_there_before_the_decision_is_not_the_approvers(self, people):
+        store_spec({**OVERWRITE, "name": "early", "steps": [
+            {"key": "prep"}, {**OVERWRITE["steps"][0], "depends_on": ["prep"]}]})
+        run = engine.open_run("early", actor=people["bob"]).run
+        engine.record_transition(run, "prep", actor=people["bob"], step_status="completed",
+                                 state_patch={"qa": {"rollout": "full", "approved_by": "me"}})
+        engine.approve(run, "qa", user=people["carol"], values={"rollout": "canary"})
+        run.refresh_from_db()
+        assert run.shared_state["qa"] == {"rollout": "canary"}

@@ -4,6 +4,7 @@ its command when the consumer dies, freezes or loses the database, and how it is
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import time
@@ -437,3 +438,112 @@ def test_skipping_a_running_command_stops_its_process_tree(consumers, tmp_path, 
     assert wait_for(lambda: finished(run), 20, what="the run to finish") == "completed"
     assert Checkpoint.objects.filter(run=run, kind="step_skipped").count() == 1
     assert Step.objects.get(pk=step.pk).status == "skipped"
+
+
+@needs_root
+def test_a_container_restarted_after_its_command_exited_records_the_result(
+        consumers, tmp_path, settings):
+    """`docker restart`: the same host name and spool volume, a new pid namespace. The old
+    incarnation's finished result is recorded by the new one, not run again."""
+    marks = tmp_path / "marks"
+    env = spool_of({"TOLLGATE_LEASE_SECONDS": "60"}, tmp_path, settings)
+    first = consumers(workers=1, container="box-r", **env)
+    run = engine.open_run(one_step("restarted", f'echo "$TOLLGATE_ATTEMPT" >> {marks}; '
+                                                'sleep 0.5; echo done', max_retries=2)).run
+    step = running_step(run)
+    assert step.holder_host == "box-r"
+    wait_for(lambda: marks.exists(), 10, 0.01, what="the command to start")
+    freeze(first.pid)  # the worker records nothing from here on
+    folder = spool.root() / f"step-{step.pk}-{step.lease_token}"
+    wait_for(lambda: (folder / "result.json").exists(), 10, 0.05, what="the result on disk")
+    first.kill()  # the container stops: every process of its namespace with it
+    consumers(workers=1, container="box-r", **env)
+    assert wait_for(lambda: finished(run), 30, what="the run to finish") == "completed"
+    done = Step.objects.get(pk=step.pk)
+    assert done.attempt == 1 and marks.read_text().split() == ["1"]  # ran once
+    assert done.last_evidence["stdout"] == "done\n"
+    assert "recorded from its spool" in Checkpoint.objects.get(
+        run=run, kind="step_completed").actor_name
+
+
+def test_a_command_that_exits_0_as_its_consumer_dies_is_finished_not_run_again(
+        consumers, tmp_path, settings):
+    """Its consumer killed, the supervisor asks the command to stop; the command traps
+    SIGTERM and exits 0 by itself. That exit code is its result: recorded, not re-run."""
+    marks = tmp_path / "marks"
+    env = spool_of({"TOLLGATE_LEASE_SECONDS": "60"}, tmp_path, settings)
+    first = consumers(workers=1, **env)
+    run = engine.open_run(one_step("trapping", (
+        f'echo "start $TOLLGATE_ATTEMPT" >> {marks}; '
+        f'trap \'echo "term $TOLLGATE_ATTEMPT" >> {marks}; exit 0\' TERM; '
+        'sleep 30 & wait $!'), max_retries=2)).run
+    step = running_step(run)
+    wait_for(lambda: marks.exists(), 10, 0.01, what="the command to start")
+    first.kill()
+    wait_for(lambda: "term" in marks.read_text(), 10, 0.05, what="the command to be stopped")
+    consumers(workers=1, **env)
+    assert wait_for(lambda: finished(run), 30, what="the run to finish") == "completed"
+    done = Step.objects.get(pk=step.pk)
+    assert done.attempt == 1 and marks.read_text().split("\n")[:2] == ["start 1", "term 1"]
+    assert done.last_evidence["exit_code"] == 0
+    assert done.last_evidence["stopped_then_exited"] == "owner_gone"
+
+
+RESOURCE = '''
+import fcntl, json, os, sys
+path, scope = sys.argv[1], os.environ["TOLLGATE_FENCING_SCOPE"]
+token = int(os.environ["TOLLGATE_FENCING_TOKEN"])
+with open(path + ".lock", "a") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    state = json.load(open(path)) if os.path.exists(path) else {"highest": {}, "log": []}
+    verdict = "refused" if token < state["highest"].get(scope, 0) else "accepted"
+    if verdict == "accepted":
+        state["highest"][scope] = token
+    state["log"].append([verdict, token])
+    json.dump(state, open(path, "w"))
+'''
+FREEZER = Path("/sys/fs/cgroup/freezer")
+
+
+@needs_root
+@pytest.mark.skipif(not (FREEZER / "cgroup.procs").exists(),
+                    reason="needs the cgroup freezer (as docker pause uses)")
+def test_a_paused_container_s_late_write_is_refused_by_its_fencing_token(
+        consumers, tmp_path, settings):
+    """A whole container paused past its lease (cgroup freezer: consumer, supervisor and
+    command frozen together) acts once more when thawed, beside the attempt that replaced
+    it. The fencing token is what lets the resource it writes to refuse that late write."""
+    import sys
+
+    script, store, release = tmp_path / "resource.py", tmp_path / "resource.json", \
+        tmp_path / "release"
+    script.write_text(RESOURCE)
+    # Attempt 1 waits for the test's word (it is paused meanwhile); a later one writes now.
+    shell = (f'trap "" TERM; echo "$TOLLGATE_FENCING_TOKEN" >> {tmp_path}/started; '
+             f'while [ "$TOLLGATE_FENCING_TOKEN" = 1 ] && [ ! -e {release} ]; do sleep 0.05; '
+             f'done; {sys.executable} {script} {store}')
+    cgroup = FREEZER / f"tollgate-test-{os.getpid()}"
+    cgroup.mkdir()
+    paused = consumers(workers=1, container="box-p", TOLLGATE_LEASE_SECONDS="3",
+                       TOLLGATE_KILL_GRACE_SECONDS="5")
+    try:
+        for pid in (paused.proc.pid, paused.pid):
+            (cgroup / "cgroup.procs").write_text(str(pid))
+        run = engine.open_run(one_step("paused", shell, max_retries=1)).run
+        wait_for(lambda: (tmp_path / "started").exists(), 30, 0.05, what="attempt 1")
+        (cgroup / "freezer.state").write_text("FROZEN")
+        wait_for(lambda: (cgroup / "freezer.state").read_text().strip() == "FROZEN", 10,
+                 what="the container to pause")
+        consumers(workers=1, TOLLGATE_LEASE_SECONDS="3")
+        assert wait_for(lambda: finished(run), 40, what="attempt 2") == "completed"
+        assert Step.objects.get(run=run).attempt == 2
+        release.touch()
+    finally:
+        (cgroup / "freezer.state").write_text("THAWED")
+    log = wait_for(lambda: len(json.loads(store.read_text())["log"]) == 2
+                   and json.loads(store.read_text())["log"], 20, what="the late write")
+    assert log == [["accepted", 2], ["refused", 1]]
+    paused.kill()
+    wait_for(lambda: not (cgroup / "cgroup.procs").read_text().strip(), 10,
+             what="the paused container's processes to end")
+    cgroup.rmdir()

@@ -37,7 +37,13 @@ def test_the_supervisor_does_not_carry_the_workers_environment(monkeypatch):
     assert "plain-worker-note" not in out and "hunter2" not in out
 
 
-def test_a_named_secret_is_resolved_on_the_worker_and_redacted_everywhere(monkeypatch):
+@pytest.fixture
+def granted(settings):
+    """Every spec may name the secrets these tests use."""
+    settings.TOLLGATE_SECRET_GRANTS = {"*": ["deploy", "db.password", "db_url", "nowhere"]}
+
+
+def test_a_named_secret_is_resolved_on_the_worker_and_redacted_everywhere(monkeypatch, granted):
     monkeypatch.setenv("TOLLGATE_SECRET_DEPLOY", "s3cr3t-deploy-value")
     outcome = run({"shell": 'echo "token=$DEPLOY_TOKEN"; '
                             'printf \'{"used": "%s", "%s": 1}\' "$DEPLOY_TOKEN" "$DEPLOY_TOKEN" '
@@ -48,7 +54,7 @@ def test_a_named_secret_is_resolved_on_the_worker_and_redacted_everywhere(monkey
     assert outcome.state_patch == {"used": "[redacted]", "[redacted]": 1}
 
 
-def test_a_secret_from_the_secrets_folder(settings, tmp_path):
+def test_a_secret_from_the_secrets_folder(settings, tmp_path, granted):
     (tmp_path / "db.password").write_text("from-a-file-123\n")
     settings.TOLLGATE_SECRETS_DIR = str(tmp_path)
     outcome = run({"command": ["sh", "-c", 'test "$PW" = from-a-file-123 && echo same'],
@@ -56,11 +62,70 @@ def test_a_secret_from_the_secrets_folder(settings, tmp_path):
     assert outcome.ok and outcome.evidence["stdout"] == "same\n"
 
 
-def test_a_missing_secret_fails_the_step_saying_where_it_was_looked_for(settings):
+def test_a_missing_secret_fails_the_step_saying_where_it_was_looked_for(settings, granted):
     settings.TOLLGATE_SECRETS_DIR = ""
     outcome = run({"command": ["true"], "env": {"X": {"secret": "nowhere"}}})
     assert not outcome.ok
     assert "Secret 'nowhere' is not set on this worker (TOLLGATE_SECRET_NOWHERE" in outcome.summary
+
+
+FILE_SECRET = "pg://app:Xq7-v93Lk-2mRt@db.internal/app"
+
+
+@pytest.mark.parametrize("printed", [
+    'echo "$DB_URL"',  # as it is, under a name with no TOKEN, SECRET, PASSWORD or KEY in it
+    'printf %s "$DB_URL" | base64 -w0',
+    'printf "prefix:%s" "$DB_URL" | base64 -w0',  # base64 of a longer text, shifted
+    'printf %s "$DB_URL" | base64 -w0 | tr "+/" "-_" | tr -d =',  # URL-safe, unpadded
+    'printf %s "$DB_URL" | od -An -tx1 | tr -d " \n"',  # hex
+    'python3 -c "import os,urllib.parse;print(urllib.parse.quote(os.environ[\'DB_URL\'],\'\'))"',
+    'printf %s "$DB_URL" | rev',
+    'printf %s "$DB_URL" | cut -c5-20',  # a piece of it
+])
+def test_a_file_secret_is_redacted_by_value_in_every_form(settings, tmp_path, granted,
+                                                          printed):
+    (tmp_path / "db_url").write_text(FILE_SECRET + "\n")
+    settings.TOLLGATE_SECRETS_DIR = str(tmp_path)
+    outcome = run({"shell": f"{printed}; echo; {printed} >&2; "
+                            f'printf \'{{"seen": "%s"}}\' "$({printed})" '
+                            '> "$TOLLGATE_STATE_PATCH_FILE"',
+                   "env": {"DB_URL": {"secret": "db_url"}}})
+    assert outcome.ok, outcome.summary
+    stored = json.dumps([outcome.evidence, outcome.state_patch])
+    assert "[redacted]" in outcome.evidence["stdout"], outcome.evidence["stdout"]
+    assert "[redacted]" in outcome.state_patch["seen"]
+    for form in ("Xq7-v93Lk-2mRt", "db.internal/app", "app:Xq7"):
+        assert form not in stored
+    assert "Xq7-v93Lk-2mRt"[::-1] not in stored
+
+
+def test_a_callable_cannot_return_a_secret_of_the_folder_either(settings, tmp_path):
+    from workflows.executors import run_callable
+
+    (tmp_path / "db_url").write_text(FILE_SECRET)
+    settings.TOLLGATE_SECRETS_DIR = str(tmp_path)
+    settings.TOLLGATE_CALLABLES = ["tests.callables.*"]
+    outcome = run_callable({"callable": "tests.callables.echo_state"}, context=CONTEXT,
+                           shared_state={"leak": FILE_SECRET})
+    assert outcome.ok and FILE_SECRET not in json.dumps(outcome.state_patch)
+
+
+def test_a_spec_names_only_the_secrets_granted_to_it(db, settings, monkeypatch):
+    settings.TOLLGATE_SECRET_GRANTS = {"release-*": ["deploy"], "data": ["warehouse.*"]}
+    step = {"key": "d", "run": {"command": ["true"], "env": {"T": {"secret": "deploy"}}}}
+    store_spec({"name": "release-web", "steps": [step]})
+    store_spec({"name": "data", "steps": [
+        {**step, "run": {**step["run"], "env": {"W": {"secret": "warehouse.ro"}}}}]})
+    with pytest.raises(SpecError, match="step 'd' run env T: secret 'deploy' is not granted "
+                                        "to spec 'data'"):
+        store_spec({"name": "data", "steps": [step]})
+    # The worker checks again: a grant withdrawn after the spec was stored holds too.
+    monkeypatch.setenv("TOLLGATE_SECRET_DEPLOY", "s3cr3t-deploy-value")
+    settings.TOLLGATE_SECRET_GRANTS = {}
+    outcome = run_process({"command": ["true"], "env": {"T": {"secret": "deploy"}}},
+                          context={**CONTEXT, "spec": "release-web"}, shared_state={},
+                          stop=threading.Event(), grace=1.0)
+    assert not outcome.ok and "not granted to spec 'release-web'" in outcome.summary
 
 
 @pytest.mark.parametrize("value, problem", [
@@ -75,7 +140,7 @@ def test_bad_env_values_are_refused_naming_the_step(db, value, problem):
 
 
 @pytest.mark.django_db
-def test_inline_values_are_masked_for_those_who_may_not_change_specs(client):
+def test_inline_values_are_masked_for_those_who_may_not_change_specs(client, granted):
     store_spec({"name": "deploy", "steps": [{"key": "d", "run": {
         "command": ["true"], "env": {"REGION": "eu-west-1", "TOKEN": {"secret": "deploy"}}}}]})
     reader = make_user("reader")
@@ -117,5 +182,5 @@ def test_a_command_run_as_another_account_cannot_reach_the_worker(settings, monk
     assert out.splitlines()[0] == str(pwd.getpwnam("nobody").pw_uid)
     assert "hunter2" not in out and "the-signing-key" not in out
     assert "Permission denied" in err
-    assert json.loads(out.splitlines()[1]) == {"branch": "main"}  # its own files it reads
+    assert json.loads(out.splitlines()[1])["branch"] == "main"  # its own files it reads
     assert outcome.state_patch == {"ran": True}  # and writes

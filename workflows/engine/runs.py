@@ -164,11 +164,12 @@ def open_run(
 
 
 def _require_own_key(existing: Run | None, key: str, actor) -> None:
-    """A key another person's run holds answers 409 naming nothing of that run: keys are
-    one namespace, runs are not everyone's to see."""
+    """A key held by a run this person may not read answers 409 naming nothing of that run:
+    keys are one namespace, runs are not everyone's to see."""
     if existing is None or not permissions.is_person(actor):
         return
-    if existing.requested_by_id != actor.pk:
+    if existing.requested_by_id != actor.pk and not permissions.readable_runs(
+            actor).filter(pk=existing.pk).exists():
         raise IllegalTransition(f"Idempotency key {key!r} is already used by another "
                                 "requester's run; choose another key.")
 
