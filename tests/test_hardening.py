@@ -195,6 +195,31 @@ class TestAuthoringPrograms:
         assert post_json(bearer(olga), "/api/specs", json.dumps(shell)).status_code == 201
 
 
+class TestConflicts:
+    """A write the database refuses as conflicting (as after a restart that lost a commit's
+    answer) is a 409 with a clear error, never a 500."""
+
+    @pytest.fixture
+    def conflict(self, monkeypatch):
+        from django.db import IntegrityError
+
+        def refuse(*args, **kwargs):
+            raise IntegrityError("duplicate key value violates unique constraint")
+
+        monkeypatch.setattr("workflows.engine.open_run", refuse)
+
+    def test_the_api(self, people, release_spec, conflict):
+        response = post_json(bearer(people["alice"]), "/api/runs",
+                             json.dumps({"spec": "release"}))
+        assert response.status_code == 409 and "nothing was changed" in response.json()["error"]
+
+    def test_a_page(self, people, release_spec, conflict):
+        client = Client(raise_request_exception=False)
+        client.force_login(people["alice"])
+        response = client.post("/specs/release/start/", {"title": "x"})
+        assert response.status_code == 409 and b"nothing was changed" in response.content
+
+
 class TestDatabaseAway:
     """With the database away, answers are 503 with Retry-After, never 500."""
 

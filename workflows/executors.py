@@ -74,10 +74,9 @@ class CappedBuffer:
 
 def secret_values(env: dict[str, str]) -> list[str]:
     """What to redact: every secret this worker knows (redaction.known_secrets) and the
-    secret-looking variables of a step's `env`."""
+    secret-looking variables of a step's `env` (or those TOLLGATE_REDACT_ENV names)."""
     return redaction.known_secrets(
-        value for name, value in env.items()
-        if any(marker in name.upper() for marker in redaction.SECRET_MARKERS))
+        value for name, value in env.items() if redaction.looks_secret(name))
 
 
 class MissingSecret(Exception):

@@ -56,13 +56,19 @@ def _folder_secrets() -> set[str]:
     return values
 
 
+def looks_secret(name: str) -> bool:
+    """A variable whose value is a secret by its name: TOKEN, SECRET, PASSWORD or KEY in it,
+    or named in TOLLGATE_REDACT_ENV."""
+    name = name.upper()
+    return any(marker in name for marker in SECRET_MARKERS) or name in {
+        n.upper() for n in settings.TOLLGATE_REDACT_ENV}
+
+
 def known_secrets(extra=()) -> list[str]:
     """Every secret value to keep out of what is stored, longest first."""
-    named = {name.upper() for name in settings.TOLLGATE_REDACT_ENV}
     values = _settings_secrets() | _folder_secrets() | set(extra)
     values.update(value for name, value in os.environ.items()
-                  if name.startswith(SECRET_PREFIX) or name.upper() in named
-                  or any(marker in name.upper() for marker in SECRET_MARKERS))
+                  if name.startswith(SECRET_PREFIX) or looks_secret(name))
     return sorted({v for v in values if v and len(v) >= SHORTEST}, key=len, reverse=True)
 
 

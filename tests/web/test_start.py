@@ -67,7 +67,9 @@ def test_commands_see_params_in_their_environment_and_state_file(deploy):
     first, state = outcome.evidence["stdout"].split("\n", 1)
     assert first == "1.2 false"
     assert json.loads(state) == {"branch": "main", "params": {"version": "1.2",
-                                                              "dry_run": False}}
+                                                              "dry_run": False},
+                                 "tollgate": {"fencing_scope": "run/1/step/go",
+                                              "fencing_token": 1}}
 
 
 def test_api_and_command_take_params(deploy, people):

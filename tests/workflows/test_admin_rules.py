@@ -133,6 +133,12 @@ class TestWebhookAddresses:
         ("https://169.254.169.254/latest", "link-local"),
         ("https://[::1]/x", "loopback"),
         ("https://localhost/x", "loopback"),
+        # IPv4 loopback inside IPv6: compatible, mapped, NAT64, 6to4.
+        ("https://[::127.0.0.1]/x", "loopback"),
+        ("https://[64:ff9b::7f00:1]/x", "loopback"),
+        ("https://[::ffff:127.0.0.1]/x", "loopback"),
+        ("https://[2002:7f00:1::1]/x", "loopback"),
+        ("https://[64:ff9b::a01:203]/x", "private"),
     ])
     def test_refused_at_save(self, url, why):
         with pytest.raises(RefusedAddress, match=why):
@@ -142,6 +148,7 @@ class TestWebhookAddresses:
 
     def test_a_public_https_address_is_accepted(self):
         assert check_url("https://93.184.215.14/hook") == ("93.184.215.14", 443)
+        assert check_url("https://[64:ff9b::5db8:d70e]/hook")[0] == "64:ff9b::5db8:d70e"
 
     def test_private_addresses_and_http_hosts_by_setting(self, settings):
         settings.TOLLGATE_WEBHOOK_ALLOW_PRIVATE = True

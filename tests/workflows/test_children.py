@@ -163,6 +163,53 @@ def test_recover_ends_a_step_whose_childs_message_was_lost(family):
     assert Step.objects.get(run=run, key="sub").status == "completed"
 
 
+def test_prune_keeps_a_child_its_parent_has_not_heard_of(family, tmp_path):
+    """The child ended, but its message to the parent is still owed: a prune takes it only
+    once the parent's step has settled, and the parent completes from it meanwhile."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from workflows import retention
+
+    spec, alice = family
+    run = engine.open_run(spec, actor=alice, params={"version": "2.1"}).run
+    work_all()
+    child = child_of(run)
+    engine.record_transition(child, "sign", actor=alice, step_status="completed")
+    Run.objects.filter(pk=child.pk).update(finished_at=timezone.now() - timedelta(days=200))
+    assert Run.objects.get(pk=child.pk).status == "completed"
+    with open(tmp_path / "out.jsonl", "w") as out:
+        assert retention.prune_runs(90, out) == 0
+    assert retention.finished_runs(90).count() == 0
+    deliver_outbox()
+    work_all()
+    assert Run.objects.get(pk=run.pk).status == "completed"
+    with open(tmp_path / "out.jsonl", "w") as out:
+        assert retention.prune_runs(90, out) == 1  # settled: the child goes now
+    assert not Run.objects.filter(pk=child.pk).exists()
+
+
+def test_recover_ends_a_step_whose_child_run_is_gone(family):
+    """A child deleted while its parent waited (by hand, or an older prune): recover fails
+    the step, retried as after a failed child, instead of leaving it running for ever."""
+    from workflows import retention
+
+    spec, alice = family
+    run = engine.open_run(spec, actor=alice, params={"version": "2.1"}).run
+    work_all()
+    child = child_of(run)
+    engine.cancel_run(child, actor=alice)
+    OutboxMessage.objects.all().delete()  # the parent never hears
+    retention._delete_runs([child.pk])
+    sub = Step.objects.get(run=run, key="sub")
+    assert sub.status == "running" and sub.child_run_id is None
+    [verdict] = recover_run(run, actor=alice)
+    assert verdict.action == "failed: its child run is gone"
+    sub.refresh_from_db()
+    assert sub.status == "retrying" and "gone" in sub.last_summary
+
+
 def test_a_missing_child_spec_fails_the_step_saying_why(people):
     spec = parent_spec()
     run = engine.open_run(spec, actor=people["alice"], params={"version": "1"}).run

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from workflows.executors import CappedBuffer, execute, run_process
+from workflows.executors import CappedBuffer, execute, fence_of, run_process
 
 CONTEXT = {"run_id": 7, "step_key": "build", "attempt": 2}
 
@@ -44,8 +44,23 @@ def test_environment_state_file_and_patch(tmp_path):
     outcome = run({"shell": script, "env": {"GREETING": "hi"}, "cwd": str(tmp_path)},
                   state={"branch": "main"})
     lines = outcome.evidence["stdout"].splitlines()
-    assert lines[0] == "7 build 2 hi" and json.loads(lines[1]) == {"branch": "main"}
+    assert lines[0] == "7 build 2 hi" and json.loads(lines[1]) == {
+        "branch": "main",
+        "tollgate": {"fencing_scope": "run/7/step/build", "fencing_token": 2}}
     assert outcome.state_patch == {"built": True}
+
+
+def test_a_command_gets_its_fencing_token(tmp_path):
+    """What a resource needs to refuse a stale attempt: the scope, a token that grows with
+    each attempt, and the lease token, in the environment and the state file."""
+    outcome = run_process(
+        {"shell": 'echo "$TOLLGATE_FENCING_SCOPE $TOLLGATE_FENCING_TOKEN"'},
+        context={**CONTEXT, "attempt": 3, "compensating": True},
+        shared_state={}, stop=threading.Event(), grace=1.0)
+    assert outcome.evidence["stdout"] == "run/7/compensation/build 3\n"
+    leased = {**CONTEXT, "lease": {"kind": "step", "id": 4, "token": "abcdef0123"}}
+    assert fence_of(leased) == {"fencing_scope": "run/7/step/build", "fencing_token": 2,
+                                "lease_token": "abcdef0123"}
 
 
 def test_bad_patch_file_fails_the_step():

@@ -148,6 +148,22 @@ class TestIdempotencyKeys:
             engine.open_run(other, idempotency_key="k", shared_state={"a": 1})
         assert Run.objects.count() == 1
 
+    def test_a_key_of_a_run_you_may_not_read_names_nothing_of_it(self, release_spec, people,
+                                                                settings):
+        from tests.conftest import make_user
+
+        settings.TOLLGATE_RUN_VISIBILITY = "involved"
+        theirs = engine.open_run(release_spec, actor=people["bob"], idempotency_key="k1").run
+        outsider = make_user("ola", perms=("add_run",))
+        token = ApiToken.objects.issue(outsider)[1]
+        response = Client(HTTP_AUTHORIZATION=f"Bearer {token}").post(
+            "/api/runs", {"spec": "release", "idempotency_key": "k1"},
+            content_type="application/json")
+        assert response.status_code == 409
+        assert f"run {theirs.pk}" not in response.json()["error"]
+        assert "another requester's run" in response.json()["error"]
+        assert Run.objects.count() == 1
+
     def test_api_and_command_answer_409(self, release_spec, people):
         engine.open_run(release_spec, idempotency_key="k", shared_state={"a": 1})
         token = ApiToken.objects.issue(people["alice"])[1]

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from workflows import engine, processes, worker
+from workflows import engine, processes, spool, worker
 from workflows.executors import run_process
 from workflows.models import Step
 from workflows.specs import store_spec
@@ -51,7 +51,7 @@ def test_output_the_database_refuses_never_leaves_a_step_running(settings, tmp_p
     checkpoint = worker._execute_one(step, "w", chain=False)
     assert checkpoint.kind == "step_failed" and "not UTF-8" in checkpoint.summary
     assert Step.objects.get(run=run).status == "failed"
-    assert os.listdir(settings.TOLLGATE_SPOOL_DIR) == []
+    assert os.listdir(spool.root()) == []
 
 
 @pytest.mark.django_db

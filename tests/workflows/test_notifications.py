@@ -136,3 +136,70 @@ def test_a_failed_delivery_is_retried_with_backoff(release_spec, people, setting
     assert message.attempts == 1 and "SMTP server refused" in message.last_error
     assert message.next_attempt_at > message.created_at
     assert outbox.deliver(message.pk) == "not due"
+
+
+def test_mail_sent_while_the_smtp_server_is_down_goes_when_it_is_back(release_spec, people,
+                                                                      settings):
+    """A real SMTP conversation: the server is down when the gate waits, so each mail stays
+    pending with its error; once the server answers, the due retry sends every one, once."""
+    from datetime import timedelta
+
+    from aiosmtpd.controller import Controller
+    from aiosmtpd.handlers import Sink
+
+    from tests.support.processes import free_port
+    from workflows import clock
+
+    port = free_port()
+    settings.MAILERS = {"default": {
+        "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+        "OPTIONS": {"host": "127.0.0.1", "port": port, "timeout": 5}}}
+    run = engine.open_run(release_spec, actor=people["alice"]).run
+    work(run, "build")
+    checkpoint = Checkpoint.objects.filter(run=run).last()
+    assert notifications.deliver(checkpoint.pk, [("gate_waiting", "qa")]) == 0
+    pending = Notification.objects.filter(sent_at=None)
+    assert pending.count() == 2 and all(n.attempts == 1 and n.error for n in pending)
+    assert notifications.send_due() == 0  # not due yet: nothing is tried before its time
+
+    class Received(Sink):
+        def __init__(self):
+            self.to = []
+
+        async def handle_DATA(self, server, session, envelope):
+            self.to += envelope.rcpt_tos
+            return "250 OK"
+
+    handler = Received()
+    server = Controller(handler, hostname="127.0.0.1", port=port)
+    server.start()
+    try:
+        later = clock.now() + timedelta(seconds=notifications.RETRY_DELAYS[0] + 1)
+        assert notifications.send_due(now=later) == 2
+        assert notifications.send_due(now=later + timedelta(hours=1)) == 0
+    finally:
+        server.stop()
+    assert sorted(handler.to) == ["bob@example.com", "carol@example.com"]
+    assert all(n.sent_at and n.attempts == 2 and not n.error
+               for n in Notification.objects.all())
+
+
+def test_a_mail_the_server_keeps_refusing_is_given_up_after_its_retries(release_spec, people,
+                                                                       monkeypatch):
+    from datetime import timedelta
+
+    from workflows import clock
+
+    monkeypatch.setattr(notifications, "send_mail",
+                        lambda *a, **k: (_ for _ in ()).throw(OSError("refused")))
+    run = engine.open_run(release_spec, actor=people["alice"]).run
+    work(run, "build")
+    checkpoint = Checkpoint.objects.filter(run=run).last()
+    notifications.deliver(checkpoint.pk, [("gate_waiting", "qa")])
+    now = clock.now()
+    for _ in notifications.RETRY_DELAYS:
+        now += timedelta(days=1)
+        notifications.send_due(now=now)
+    assert all(n.next_attempt_at is None and n.sent_at is None and "refused" in n.error
+               and n.attempts == len(notifications.RETRY_DELAYS) + 1
+               for n in Notification.objects.all())

@@ -68,6 +68,14 @@ def test_prune_runs_exports_exactly_what_it_deletes(history, tmp_path):
     assert Checkpoint.objects.filter(run=history["open"]).exists()
 
 
+def test_the_prune_export_is_its_owners_alone(history, tmp_path):
+    import stat
+
+    out = tmp_path / "pruned.jsonl"
+    call_command("prune_runs", "--older-than", "90", "--out", str(out), stdout=io.StringIO())
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+
+
 def test_prune_refuses_a_bad_age(db):
     from django.core.management.base import CommandError
 
