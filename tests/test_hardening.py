@@ -8,6 +8,7 @@ import json
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.db import connection
 from django.test import Client
 
 from goals.models import Goal
@@ -251,3 +252,36 @@ class TestDatabaseAway:
         away()
         response = client.get("/")
         assert response.status_code == 503 and response["Retry-After"] == "5"
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's one writer")
+@pytest.mark.django_db(transaction=True)
+def test_a_writer_stopped_inside_a_write_is_answered_503_on_sqlite(people, release_spec):
+    """A consumer frozen while it holds SQLite's write lock holds back every other writer:
+    a press meanwhile waits out the busy timeout and answers 503, never 500, and nothing is
+    half done; once the lock is let go the same press goes through."""
+    import sqlite3
+
+    run = engine.open_run(release_spec, actor=people["alice"]).run
+    engine.start_step(run, "build")
+    engine.complete_step(run, "build")
+    client = Client(raise_request_exception=False)
+    client.force_login(people["bob"])
+    name = connection.settings_dict["NAME"]
+    connection.close()
+    options = connection.settings_dict["OPTIONS"]
+    options["timeout"], waited = 0.3, options["timeout"]
+    holder = sqlite3.connect(name, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # the frozen consumer, mid-write
+    try:
+        response = client.post(f"/runs/{run.pk}/steps/qa/approve/", {"comment": "ok"})
+        assert response.status_code == 503 and response["Retry-After"] == "5"
+        assert b"not answering" in response.content
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        connection.close()
+        options["timeout"] = waited
+    assert not run.steps.get(key="qa").approvals.exists()
+    response = client.post(f"/runs/{run.pk}/steps/qa/approve/", {"comment": "ok"})
+    assert response.status_code == 302 and run.steps.get(key="qa").approvals.exists()
