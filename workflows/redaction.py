@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 from pathlib import Path
 from urllib.parse import quote, quote_plus, urlsplit
 
@@ -106,33 +105,41 @@ def pieces(text: str) -> set[str]:
 
 class Redactor:
     """Replaces every form and every long enough piece of the given secrets with
-    [redacted]: overlapping matches are merged, so a cut secret leaves nothing behind."""
+    [redacted]: overlapping matches are merged, so a cut secret leaves nothing behind.
+    The cost is one pass over the text for the pieces, whatever the number of secrets."""
 
     def __init__(self, secrets):
-        patterns = set()
+        self.forms: set[str] = set()
+        self.pieces: set[str] = set()
         for secret in secrets:
-            patterns |= forms(secret)
-            patterns |= pieces(secret) | pieces(secret[::-1])
-        self.pattern = None
-        if patterns:
-            ordered = sorted(patterns, key=len, reverse=True)
-            # A lookahead finds every match, overlapping ones too; spans are merged below.
-            self.pattern = re.compile("(?=(" + "|".join(map(re.escape, ordered)) + "))")
+            self.forms |= forms(secret)
+            self.pieces |= pieces(secret) | pieces(secret[::-1])
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Where the secrets are in `text`, merged, in order."""
+        found = []
+        for form in self.forms:
+            at = text.find(form)
+            while at != -1:
+                found.append((at, at + len(form)))
+                at = text.find(form, at + 1)
+        if self.pieces:
+            pieces = self.pieces
+            found += [(i, i + PIECE) for i in range(len(text) - PIECE + 1)
+                      if text[i:i + PIECE] in pieces]
+        merged: list[list[int]] = []
+        for start, end in sorted(found):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        return [(start, end) for start, end in merged]
 
     def text(self, text: str) -> str:
-        if self.pattern is None or not text:
-            return text
-        spans: list[list[int]] = []
-        for match in self.pattern.finditer(text):
-            start, end = match.start(), match.start() + len(match[1])
-            if spans and start <= spans[-1][1]:
-                spans[-1][1] = max(spans[-1][1], end)
-            else:
-                spans.append([start, end])
-        if not spans:
+        if not text or not (self.forms or self.pieces):
             return text
         out, at = [], 0
-        for start, end in spans:
+        for start, end in self.spans(text):
             out += (text[at:start], REDACTED)
             at = end
         out.append(text[at:])
