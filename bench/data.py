@@ -37,8 +37,9 @@ def grow_runs(spec, approver, total: int, checkpoints_per_run: int, goals=(),
     written. The finished runs' tally changes are written as the engine writes them, and
     folded as the periodic task folds them."""
     from goals.rollup import fold_tallies
-    from workflows import engine, worker
+    from workflows import engine
     from workflows.models import Checkpoint, GoalTally, Run, RunStatus, Step
+    from workflows.workers import worker
 
     finished = engine.open_run(spec, title="bench template").run
     waiting = engine.open_run(spec, title="bench template").run

@@ -370,8 +370,8 @@ class Bench:
 
         from django.utils import timezone
 
-        from workflows import sweeper
         from workflows.models import Run, Step
+        from workflows.recovery import sweeper
         from workflows.specs import store_spec
 
         spec = store_spec({"name": "bench-sweep", "steps": [
@@ -612,7 +612,8 @@ class Bench:
         import cProfile
         import pstats
 
-        from workflows import engine, worker
+        from workflows import engine
+        from workflows.workers import worker
 
         n = self.pick(50, 200, 500)
         spec = chain_spec("bench-profile", n)
@@ -708,9 +709,10 @@ class Bench:
         a five-step spec with a gate (tables and indexes; SQLite's pages in use)."""
         from django.contrib.auth.models import Group, User
 
-        from workflows import engine, worker
+        from workflows import engine
         from workflows.models import Checkpoint, Run
         from workflows.specs import store_spec
+        from workflows.workers import worker
 
         n = self.pick(20, 100, 500)
         noop = {"callable": "workflows.callables.noop"}

@@ -22,7 +22,8 @@ RESUME = """
 import django, sys
 django.setup()
 from django.contrib.auth.models import User
-from workflows import engine, worker
+from workflows import engine
+from workflows.workers import worker
 from workflows.models import Run
 run = Run.objects.get(pk=int(sys.argv[1]))
 engine.approve(run, "qa", user=User.objects.get(username="bob"), comment="after restore")

@@ -28,7 +28,7 @@ from tollgate import dbfaults
 from workflows.api import router as workflows_router
 from workflows.engine import WorkflowError
 from workflows.models import ApiToken
-from workflows.values import BadValue, check_json
+from workflows.specs.values import BadValue, check_json
 
 
 class TokenAuth(HttpBearer):

@@ -131,7 +131,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.csp",
-                "workflows.context_processors.inbox",
+                "workflows.web.context_processors.inbox",
             ],
         },
     },
@@ -217,7 +217,7 @@ X_FRAME_OPTIONS = "DENY"
 # Email: the console in development, SMTP in production (TOLLGATE_SMTP_* below).
 EMAIL_BACKEND_PATH = os.environ.get(
     "TOLLGATE_EMAIL_BACKEND",
-    "workflows.mail.ReadableConsoleBackend"
+    "workflows.delivery.mail.ReadableConsoleBackend"
     if DEBUG
     else "django.core.mail.backends.smtp.EmailBackend",
 )

@@ -12,7 +12,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/", api.urls()),
     path("goals/", include("goals.urls")),
-    path("", include("workflows.urls")),
+    path("", include("workflows.web.urls")),
 ]
 
 
@@ -31,7 +31,7 @@ def readyz(request):
     naming what failed. (/healthz stays the cheap liveness check.)"""
     import json
 
-    from workflows.operations import readiness
+    from workflows.ops.operations import readiness
 
     checks = readiness()
     ready = all(value == "ok" for value in checks.values())
@@ -55,7 +55,7 @@ def metrics(request):
     from django.conf import settings
     from prometheus_client import CONTENT_TYPE_LATEST
 
-    from workflows.metrics import scrape
+    from workflows.ops.metrics import scrape
 
     token = settings.TOLLGATE_METRICS_TOKEN
     if token:

@@ -14,11 +14,11 @@ from ninja.errors import HttpError
 from goals.models import Priority
 from tollgate.query import MAX_ID
 from tollgate.schemas import Day, Error, Id, Input, Key
+from workflows.recovery.recover import recover_run
 
 from . import engine, selectors
 from .models import Checkpoint, Run, RunStatus, SpecStatus, StepStatus
 from .permissions import can_change_specs, readable_runs
-from .recovery import recover_run
 from .selectors import resume_state
 from .specs import SpecError, set_spec_status, store_one_off, store_spec
 
@@ -499,7 +499,8 @@ class WorkersOut(Schema):
 def list_workers(request):
     from django.utils import timezone as tz
 
-    from . import operations, presence
+    from workflows.ops import operations
+    from workflows.recovery import presence
 
     engine.require_operator(request.user, "see the workers")
     now = tz.now()

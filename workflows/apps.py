@@ -8,16 +8,10 @@ class WorkflowsConfig(AppConfig):
     def ready(self) -> None:
         # checks registers itself; tasks binds the queue's tasks to dispatch, in web
         # processes as in consumers.
-        from . import (  # noqa: F401
-            checks,
-            dispatch,
-            goal_closing,
-            metrics,
-            outbox,
-            tasks,
-            timezones,
-        )
-        from .engine import transition_committed, transition_recording
+        from workflows import goal_closing, tasks, timezones  # noqa: F401
+        from workflows.delivery import dispatch, outbox
+        from workflows.engine import transition_committed, transition_recording
+        from workflows.ops import checks, metrics  # noqa: F401
 
         transition_recording.connect(outbox.record, dispatch_uid="tollgate-outbox")
         transition_committed.connect(dispatch.on_transition, dispatch_uid="tollgate-dispatch")

@@ -738,7 +738,7 @@ class Webhook(models.Model):
         return f"{self.group} → {self.url}"
 
     def clean(self) -> None:
-        from .addresses import RefusedAddress, resolve
+        from workflows.delivery.addresses import RefusedAddress, resolve
 
         try:
             resolve(self.url)

@@ -17,6 +17,8 @@ from croniter import croniter
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from workflows.specs.params import FieldErrors, coerce
+
 from . import clock, engine
 from .models import (
     OPEN_RUN_STATUSES,
@@ -28,7 +30,6 @@ from .models import (
     SpecStatus,
     WorkflowSpec,
 )
-from .params import FieldErrors, coerce
 
 MAX_SLOTS = 10_000  # a schedule asleep for years is counted up to here, not forever
 

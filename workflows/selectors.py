@@ -8,11 +8,13 @@ from django.db.models import Count, F, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils.timezone import now as timezone_now
 
-from . import briefs
+from workflows.specs.values import fill
+from workflows.web import briefs
+from workflows.web.forms import gate_form
+
 from .engine import NotFound
 from .engine.rules import next_move, ready_steps
 from .engine.sql import CompiledQuery
-from .forms import gate_form
 from .models import (
     OPEN_RUN_STATUSES,
     Approval,
@@ -27,7 +29,6 @@ from .models import (
 from .permissions import decidable_by
 from .specs import masked
 from .timezones import day_starts
-from .values import fill
 
 
 def _decidable_by_user_id(user):

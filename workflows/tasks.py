@@ -13,7 +13,9 @@ from huey import crontab
 from huey.consumer import Scheduler
 from huey.contrib.djhuey import db_periodic_task, db_task, on_startup, task
 
-from . import dispatch, presence, sweeper, worker
+from workflows.delivery import dispatch
+from workflows.recovery import presence, sweeper
+from workflows.workers import worker
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +37,7 @@ def record_orphans() -> None:
     starts reporting itself (the workers page)."""
     from django.db import close_old_connections
 
-    from . import presence
+    from workflows.recovery import presence
 
     presence.start()
     try:
@@ -101,7 +103,7 @@ def fold_goal_tallies() -> None:
 @db_task()
 def deliver_outbox(message_id: int) -> None:
     """A doorbell for an outbox message: mail or webhooks a transition owes."""
-    from . import outbox
+    from workflows.delivery import outbox
 
     outbox.deliver(message_id)
 
@@ -109,7 +111,7 @@ def deliver_outbox(message_id: int) -> None:
 @db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
 def ring_due_outbox() -> None:
     """Ring again for outbox messages whose doorbell was lost or whose retry is due."""
-    from . import dispatch, outbox
+    from workflows.delivery import dispatch, outbox
 
     with presence.periodic("ring_due_outbox"):
         due = outbox.due_to_ring()
@@ -120,7 +122,7 @@ def ring_due_outbox() -> None:
 @db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
 def send_due_mail() -> None:
     """Send again the mails the mail server did not take (down, refusing) when due."""
-    from . import notifications
+    from workflows.delivery import notifications
 
     with presence.periodic("send_due_mail"):
         notifications.send_due()
@@ -128,7 +130,8 @@ def send_due_mail() -> None:
 
 @db_task()
 def deliver_webhook(delivery_id: int) -> None:
-    from . import dispatch, webhooks
+    from workflows.delivery import dispatch, webhooks
+
     from .models import WebhookDelivery
 
     if webhooks.deliver(delivery_id) == "pending":  # refused or unreachable: try again later
@@ -143,7 +146,7 @@ def deliver_webhook(delivery_id: int) -> None:
 def deliver_due_webhooks() -> None:
     """Ring again for deliveries whose attempt is due and whose doorbell was lost (each
     marked rung by whoever takes it: one pending doorbell per delivery)."""
-    from . import dispatch, webhooks
+    from workflows.delivery import dispatch, webhooks
 
     with presence.periodic("deliver_due_webhooks"):
         due = webhooks.due_to_ring()
@@ -154,7 +157,7 @@ def deliver_due_webhooks() -> None:
 @db_periodic_task(crontab(minute="17"), priority=PERIODIC_PRIORITY)
 def prune_old_records() -> None:
     """Hourly: delete the records past their retention (TOLLGATE_KEEP_*_DAYS)."""
-    from . import retention
+    from workflows.ops import retention
 
     with presence.periodic("prune_old_records"):
         pruned = retention.prune_records()

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.workflows.helpers import work
-from workflows import engine, links
+from workflows import engine
+from workflows.delivery import links
 from workflows.models import Approval, Run
 from workflows.specs import store_spec
 
@@ -93,8 +94,8 @@ def test_the_mailed_link_in_development_opens_the_gate_on_the_port_served(
 
     from django.core import mail
 
-    from workflows import outbox
-    from workflows.mail import ReadableConsoleBackend
+    from workflows.delivery import outbox
+    from workflows.delivery.mail import ReadableConsoleBackend
     from workflows.models import OutboxMessage
 
     settings.TOLLGATE_BASE_URL = live_server.url

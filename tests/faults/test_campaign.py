@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from workflows import engine, processes
+from workflows import engine
 from workflows.models import Checkpoint, Compensation, Notification, OutboxMessage, Run, Step
 from workflows.specs import SpecError, store_spec
-from workflows.spool import root as spool_root
+from workflows.workers import processes
+from workflows.workers.spool import root as spool_root
 
 from ..support.attempts import logged_shell, overlaps, ran_to_the_end
 from ..workflows.consumers import wait_for

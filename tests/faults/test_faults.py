@@ -17,9 +17,11 @@ from types import SimpleNamespace
 import pytest
 from django.db import OperationalError, connection
 
-from workflows import engine, sweeper, worker
+from workflows import engine
 from workflows.models import Run, Step
+from workflows.recovery import sweeper
 from workflows.specs import store_spec
+from workflows.workers import worker
 
 from ..workflows.consumers import wait_for
 from .conftest import check_run, injected

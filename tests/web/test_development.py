@@ -13,7 +13,7 @@ import sys
 import pytest
 from django.core.mail import EmailMessage
 
-from workflows.mail import ReadableConsoleBackend
+from workflows.delivery.mail import ReadableConsoleBackend
 from workflows.models import Notification
 
 pytestmark = pytest.mark.django_db
@@ -103,7 +103,7 @@ def test_log_lines_name_the_run_step_and_attempt_and_can_be_json(capsys, setting
 
     config = {**settings.LOGGING}
     logging.config.dictConfig(config)
-    log = logging.getLogger("workflows.worker")
+    log = logging.getLogger("workflows.workers.worker")
     with logs.about(run=7, step="build", attempt=2):
         log.warning("Attempt failed in the worker")
     assert "[run 7 step build attempt 2]: Attempt failed" in capsys.readouterr().err
@@ -131,7 +131,8 @@ def test_tracing_records_requests_and_worker_attempts(release_spec, monkeypatch)
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from tollgate import tracing
-    from workflows import engine, processes, worker
+    from workflows import engine
+    from workflows.workers import processes, worker
 
     monkeypatch.setattr(trace, "_TRACER_PROVIDER_SET_ONCE", trace.Once())
     monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)

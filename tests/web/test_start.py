@@ -56,7 +56,7 @@ def test_declarations_are_checked_when_the_spec_loads():
 
 
 def test_commands_see_params_in_their_environment_and_state_file(deploy):
-    from workflows.executors import execute
+    from workflows.workers.executors import execute
 
     outcome = execute({"shell": 'echo "$TOLLGATE_PARAM_VERSION $TOLLGATE_PARAM_DRY_RUN"; '
                                 'cat "$TOLLGATE_STATE_FILE"'},

@@ -6,8 +6,9 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.test import Client
 
-from workflows import engine, webhooks
-from workflows.addresses import RefusedAddress, check_url
+from workflows import engine
+from workflows.delivery import webhooks
+from workflows.delivery.addresses import RefusedAddress, check_url
 from workflows.models import ApiToken, Approval, Schedule, Webhook, WebhookDelivery
 from workflows.schedules import save_schedule
 from workflows.specs import store_spec

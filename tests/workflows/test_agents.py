@@ -9,9 +9,9 @@ import threading
 import pytest
 
 from workflows import engine
-from workflows.executors import execute
 from workflows.models import Checkpoint, Run, Step
 from workflows.specs import SpecError, require_author, store_spec, validate_spec
+from workflows.workers.executors import execute
 
 from ..conftest import make_user
 from .consumers import wait_for
@@ -76,7 +76,7 @@ def test_a_prompt_filled_to_look_like_an_option_stays_the_prompt(tmp_path, setti
                                                                   monkeypatch, provider):
     """A requester's param at the start of the prompt cannot pass an option to the agent:
     every default command line ends its options with "--" before the prompt."""
-    from workflows import agents
+    from workflows.workers import agents
 
     settings.TOLLGATE_AGENT_COMMANDS = {}
     program = agents.DEFAULT_COMMANDS[provider][0]

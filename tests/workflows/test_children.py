@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from workflows import engine, outbox, processes, worker
+from workflows import engine
+from workflows.delivery import outbox
 from workflows.models import Checkpoint, OutboxMessage, Run, Step
-from workflows.recovery import recover_run
+from workflows.recovery.recover import recover_run
 from workflows.specs import SpecError, store_spec, validate_spec
+from workflows.workers import processes, worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -170,7 +172,7 @@ def test_prune_keeps_a_child_its_parent_has_not_heard_of(family, tmp_path):
 
     from django.utils import timezone
 
-    from workflows import retention
+    from workflows.ops import retention
 
     spec, alice = family
     run = engine.open_run(spec, actor=alice, params={"version": "2.1"}).run
@@ -193,7 +195,7 @@ def test_prune_keeps_a_child_its_parent_has_not_heard_of(family, tmp_path):
 def test_recover_ends_a_step_whose_child_run_is_gone(family):
     """A child deleted while its parent waited (by hand, or an older prune): recover fails
     the step, retried as after a failed child, instead of leaving it running for ever."""
-    from workflows import retention
+    from workflows.ops import retention
 
     spec, alice = family
     run = engine.open_run(spec, actor=alice, params={"version": "2.1"}).run

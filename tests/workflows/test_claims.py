@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from workflows import engine, worker
+from workflows import engine
 from workflows.models import Run, Step
 from workflows.specs import SpecError, store_spec
+from workflows.workers import worker
 
 from .helpers import status
 
@@ -140,7 +141,8 @@ def test_work_runs_steps_across_runs_until_none_is_left():
 
 def test_work_yields_when_its_time_is_spent_and_rings_for_the_rest(monkeypatch):
     rung = []
-    monkeypatch.setattr("workflows.dispatch.wake", lambda count, priority=1: rung.append(count))
+    monkeypatch.setattr("workflows.delivery.dispatch.wake",
+                        lambda count, priority=1: rung.append(count))
     chain("line", 3)
     run = engine.open_run("line").run
     assert worker.work(budget=0) == 0 and rung == [1]

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from workflows.executors import CappedBuffer, execute, fence_of, run_process
+from workflows.workers.executors import CappedBuffer, execute, fence_of, run_process
 
 CONTEXT = {"run_id": 7, "step_key": "build", "attempt": 2}
 

@@ -270,8 +270,8 @@ class TestDecidedValuesStand:
         with pytest.raises(engine.InvalidInput, match="gate 'qa'"):
             engine.complete_step(decided, "agent", state_patch={"qa": {"rollout": "full"}})
         # From a worker, the refused result fails the attempt, saying why.
-        from workflows import worker
-        from workflows.executors import Outcome
+        from workflows.workers import worker
+        from workflows.workers.executors import Outcome
 
         step = decided.steps.get(key="agent")
         checkpoint = worker._record_step(step, step.lease_token, "worker w", Outcome(

@@ -16,9 +16,11 @@ from django.db.models import ProtectedError
 from django.test import Client
 from django.utils import timezone
 
-from workflows import engine, processes, sweeper, worker
+from workflows import engine
 from workflows.models import ApiToken, Checkpoint, Run, Step
+from workflows.recovery import sweeper
 from workflows.specs import SpecError, store_spec, validate_spec
+from workflows.workers import processes, worker
 
 pytestmark = pytest.mark.django_db
 

@@ -16,9 +16,10 @@ from django.core.management import call_command
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from workflows import engine, links, notifications, webhooks
+from workflows import engine
+from workflows.delivery import links, notifications, webhooks
+from workflows.delivery.outbox import notification_events
 from workflows.models import Approval, Checkpoint, Step, Webhook, WebhookDelivery
-from workflows.outbox import notification_events
 
 from ..conftest import make_user
 
@@ -105,7 +106,7 @@ class TestBaseUrl:
             call_command("check", deploy=True, fail_level="WARNING", tags=["security"])
 
     def test_a_good_base_url_passes(self):
-        from workflows.checks import base_url
+        from workflows.ops.checks import base_url
 
         with override_settings(TOLLGATE_BASE_URL="https://tollgate.example.com"):
             assert base_url(None) == []
@@ -236,7 +237,7 @@ class TestWebhooks:
 
         settings.TOLLGATE_WEBHOOKS = True
         rung = []
-        monkeypatch.setattr("workflows.dispatch.deliver_outbox", rung.append)
+        monkeypatch.setattr("workflows.delivery.dispatch.deliver_outbox", rung.append)
         with django_capture_on_commit_callbacks(execute=False) as callbacks:
             engine.reject(waiting, "qa", user=people["bob"], comment="broken")
         message = OutboxMessage.objects.get()  # written in the transition's transaction
@@ -265,7 +266,7 @@ def test_a_real_consumer_posts_a_waiting_gate_to_the_receiver(consumers, setting
     assert record.attempts == 1 and record.last_status_code == 500 and record.status == "pending"
     # The retry is scheduled; here it is brought forward, as the periodic task would find it.
     WebhookDelivery.objects.update(next_attempt_at=timezone.now())
-    from workflows import dispatch
+    from workflows.delivery import dispatch
 
     dispatch.deliver_webhook(record.pk)
     wait_for(lambda: WebhookDelivery.objects.get().status == "delivered", 30,

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from workflows import engine, processes, spool, sweeper
+from workflows import engine
 from workflows.models import Checkpoint, Compensation, Run, Step
-from workflows.recovery import recover_run
+from workflows.recovery import sweeper
+from workflows.recovery.recover import recover_run
 from workflows.specs import store_spec
+from workflows.workers import processes, spool
 
 from ..conftest import make_user
 from ..support.attempts import logged_shell, overlaps, ran_to_the_end, read
@@ -290,7 +292,7 @@ def test_a_result_the_database_could_not_take_is_kept_until_it_returns(tmp_path,
     holder that has let it go, and nothing runs twice."""
     from django.db import OperationalError
 
-    from workflows import worker
+    from workflows.workers import worker
 
     settings.TOLLGATE_SPOOL_DIR = str(tmp_path / "spool")
     settings.TOLLGATE_REPORT_RETRY_SECONDS = 0.2
@@ -322,7 +324,7 @@ def test_a_pooled_connection_that_lost_its_server_is_retried_like_a_blink(settin
     than given up, and the lease token keeps the repeat harmless."""
     from django.db import InternalError
 
-    from workflows import worker
+    from workflows.workers import worker
 
     settings.TOLLGATE_REPORT_RETRY_SECONDS = 5
     engine.open_run(one_step("pooled", "true"))
@@ -344,8 +346,8 @@ def test_a_finished_compensation_whose_worker_died_is_recorded_not_run_again(tmp
                                                                               settings):
     """The same for an undo: its result in the spool is recorded once its worker is gone."""
 
-    from workflows import executors, worker
     from workflows.engine import compensations
+    from workflows.workers import executors, worker
 
     settings.TOLLGATE_SPOOL_DIR = str(tmp_path / "spool")
     settings.TOLLGATE_DISPATCH = False

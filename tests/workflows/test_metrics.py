@@ -70,11 +70,11 @@ def test_the_grafana_dashboard_names_only_metrics_that_exist():
     import json
     from pathlib import Path
 
-    import workflows.metrics
+    from workflows.ops import metrics
 
     root = Path(__file__).resolve().parents[2]
     dashboard = json.loads((root / "docs" / "grafana-dashboard.json").read_text())
-    source = Path(workflows.metrics.__file__).read_text()
+    source = Path(metrics.__file__).read_text()
     names = {re.sub(r"_(bucket|count|sum)$", "", name)
              for panel in dashboard["panels"] for target in panel["targets"]
              for name in re.findall(r"tollgate_\w+", target["expr"])}

@@ -6,10 +6,11 @@ import pytest
 from django.core import mail
 
 from tests.workflows.helpers import work
-from workflows import engine, notifications, outbox
+from workflows import engine
+from workflows.delivery import notifications, outbox
+from workflows.delivery.outbox import notification_events
 from workflows.engine import Announcement
 from workflows.models import Checkpoint, Notification
-from workflows.outbox import notification_events
 
 pytestmark = pytest.mark.django_db
 
@@ -24,7 +25,7 @@ def sent(settings, monkeypatch, django_capture_on_commit_callbacks):
         calls.append(message_id)
         outbox.deliver(message_id)
 
-    monkeypatch.setattr("workflows.dispatch.deliver_outbox", deliver)
+    monkeypatch.setattr("workflows.delivery.dispatch.deliver_outbox", deliver)
     return calls
 
 
@@ -94,7 +95,7 @@ def test_mail_owed_while_the_queue_is_down_is_sent_when_it_returns(
 
     from django.utils import timezone
 
-    from workflows import dispatch
+    from workflows.delivery import dispatch
     from workflows.models import OutboxMessage
 
     settings.TOLLGATE_NOTIFY = True

@@ -10,8 +10,9 @@ import pytest
 from django.test import Client
 
 from tests.api.conftest import Api
-from workflows import engine, presence
+from workflows import engine
 from workflows.models import PeriodicRun, Step, Worker
+from workflows.recovery import presence
 from workflows.specs import store_spec
 
 from .consumers import freeze, wait_for

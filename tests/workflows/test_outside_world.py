@@ -8,8 +8,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from workflows import deadlines, engine, sweeper
+from workflows import deadlines, engine
 from workflows.models import ApiToken, Checkpoint, Step
+from workflows.recovery import sweeper
 from workflows.selectors import resume_state
 from workflows.specs import store_spec
 

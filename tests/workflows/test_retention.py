@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from tests.workflows.helpers import work
-from workflows import engine, retention
+from workflows import engine
 from workflows.models import (
     Approval,
     Checkpoint,
@@ -22,6 +22,7 @@ from workflows.models import (
     Step,
     WebhookDelivery,
 )
+from workflows.ops import retention
 
 pytestmark = pytest.mark.django_db
 

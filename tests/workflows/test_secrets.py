@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from workflows.executors import run_process
 from workflows.models import ApiToken
 from workflows.specs import SpecError, store_spec
+from workflows.workers.executors import run_process
 
 from ..conftest import make_user
 
@@ -100,7 +100,7 @@ def test_a_file_secret_is_redacted_by_value_in_every_form(settings, tmp_path, gr
 
 
 def test_a_callable_cannot_return_a_secret_of_the_folder_either(settings, tmp_path):
-    from workflows.executors import run_callable
+    from workflows.workers.executors import run_callable
 
     (tmp_path / "db_url").write_text(FILE_SECRET)
     settings.TOLLGATE_SECRETS_DIR = str(tmp_path)

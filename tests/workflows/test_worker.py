@@ -8,9 +8,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from workflows import engine, sweeper, worker
+from workflows import engine
 from workflows.models import Checkpoint, Run, Step
+from workflows.recovery import sweeper
 from workflows.specs import store_spec
+from workflows.workers import worker
 
 from .helpers import kinds, status
 
@@ -99,8 +101,8 @@ def test_failed_run_rings_compensation_after_commit(db, settings, monkeypatch,
                                                     django_capture_on_commit_callbacks):
     settings.TOLLGATE_DISPATCH = True
     rung = []
-    monkeypatch.setattr("workflows.dispatch.compensate", rung.append)
-    monkeypatch.setattr("workflows.dispatch.wake", lambda count, priority=1: None)
+    monkeypatch.setattr("workflows.delivery.dispatch.compensate", rung.append)
+    monkeypatch.setattr("workflows.delivery.dispatch.wake", lambda count, priority=1: None)
     run = engine.open_run(spec(
         {"key": "a", "run": {"command": ["true"]}, "compensation": {"command": ["true"]}},
         {"key": "b", "depends_on": ["a"], "run": {"command": ["false"]}})).run
@@ -116,8 +118,8 @@ def test_a_failed_run_with_nothing_to_undo_rings_no_compensation(
         db, settings, monkeypatch, django_capture_on_commit_callbacks):
     settings.TOLLGATE_DISPATCH = True
     rung = []
-    monkeypatch.setattr("workflows.dispatch.compensate", rung.append)
-    monkeypatch.setattr("workflows.dispatch.wake", lambda count, priority=1: None)
+    monkeypatch.setattr("workflows.delivery.dispatch.compensate", rung.append)
+    monkeypatch.setattr("workflows.delivery.dispatch.wake", lambda count, priority=1: None)
     run = engine.open_run(spec({"key": "a", "run": {"command": ["false"]}})).run
     engine.start_step(run, "a")
     with django_capture_on_commit_callbacks(execute=True):
@@ -141,7 +143,7 @@ def test_sweeper_expires_dead_leases_into_retry_or_failure(db):
 
 def test_sweeper_rings_for_runs_no_worker_served(db, settings, monkeypatch):
     woken = []
-    monkeypatch.setattr("workflows.dispatch.wake", lambda count, priority=1: woken.append(
+    monkeypatch.setattr("workflows.delivery.dispatch.wake", lambda count, priority=1: woken.append(
         (count, priority)))
     run = engine.open_run(spec({"key": "a", "run": {"command": ["true"]}})).run
     assert Run.objects.get(pk=run.pk).claimable_at is not None
@@ -155,7 +157,7 @@ def test_sweeper_rings_for_runs_no_worker_served(db, settings, monkeypatch):
 def test_sweeper_rings_for_due_retries_but_not_runs_held_by_a_failure(db, settings,
                                                                      monkeypatch):
     woken = []
-    monkeypatch.setattr("workflows.dispatch.wake", lambda count, priority=1: woken.append(
+    monkeypatch.setattr("workflows.delivery.dispatch.wake", lambda count, priority=1: woken.append(
         count))
     flaky = engine.open_run(spec({"key": "a", "max_retries": 2, "retry_backoff_seconds": 60,
                                   "run": {"command": ["true"]}}))
@@ -202,7 +204,7 @@ def test_sweeper_reschedules_runs_whose_ready_steps_lost_their_claim_time(db, se
                                                                          monkeypatch):
     """A run with a ready or due retrying step but no claim time (a crash between, or rows
     from before claim times) is scheduled again; one held back by a failure is left alone."""
-    monkeypatch.setattr("workflows.dispatch.wake", lambda count, priority=1: None)
+    monkeypatch.setattr("workflows.delivery.dispatch.wake", lambda count, priority=1: None)
     ready = engine.open_run(spec({"key": "a", "run": {"command": ["true"]}})).run
     retrying = engine.open_run(spec({"key": "a", "max_retries": 2, "retry_backoff_seconds": 1,
                                      "run": {"command": ["true"]}})).run
@@ -226,7 +228,7 @@ def test_a_queue_that_is_down_does_not_undo_the_transition(
         db, settings, monkeypatch, caplog, django_capture_on_commit_callbacks):
     """The doorbell fails after the commit: the run is open and claimable all the same (the
     sweeper rings again), the failure is logged once, and no more doorbells are tried."""
-    from workflows import dispatch
+    from workflows.delivery import dispatch
 
     tries = []
 

@@ -22,6 +22,8 @@ import re
 
 from django.conf import settings
 
+from workflows.specs.values import PLACEHOLDER, fill, placeholder_value
+
 from .. import clock
 from ..models import (
     OPEN_RUN_STATUSES,
@@ -33,7 +35,6 @@ from ..models import (
     StepStatus,
     WorkflowSpec,
 )
-from ..values import PLACEHOLDER, fill, placeholder_value
 from .commit import commit
 from .errors import WorkflowError
 from .moves import clear_lease

@@ -3,9 +3,10 @@ rules (see `workflows.permissions`), or by their deadline."""
 
 from __future__ import annotations
 
+from workflows.specs.params import FieldErrors, coerce
+
 from .. import clock, permissions
 from ..models import Approval, Checkpoint, CheckpointKind, Decision, Run, Step, StepKind, StepStatus
-from ..params import FieldErrors, coerce
 from . import sql
 from .commit import commit
 from .errors import IllegalTransition, InvalidInput, NotPermitted, WorkflowError

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from workflows.specs.values import BadValue, check_json
+
 from .. import permissions
 from ..models import Run, Step, StepStatus
-from ..values import BadValue, check_json
 from .errors import IllegalTransition, InvalidInput, NotPermitted
 from .rows import actor_of
 from .rules import MAX_DELAY_SECONDS

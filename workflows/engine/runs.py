@@ -9,6 +9,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from goals.models import Goal, Priority
+from workflows.specs.params import FieldErrors, coerce
 
 from .. import clock, permissions
 from ..models import (
@@ -23,7 +24,6 @@ from ..models import (
     StepStatus,
     WorkflowSpec,
 )
-from ..params import FieldErrors, coerce
 from .commit import commit
 from .errors import IllegalTransition, InvalidInput, NotFound, NotPermitted
 from .moves import (

@@ -10,7 +10,9 @@ from datetime import timedelta
 from django.db import transaction
 from django.db.models import Q
 
-from .. import clock, processes
+from workflows import clock
+from workflows.workers import processes
+
 from ..models import Checkpoint, CheckpointKind, RunStatus, Step, StepKind, StepStatus
 from .commit import commit
 from .compensations import under_way

@@ -9,7 +9,7 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from markdown_it import MarkdownIt
 
-from workflows.values import readable
+from workflows.specs.values import readable
 
 register = template.Library()
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows import retention
+from workflows.ops import retention
 
 
 class Command(BaseCommand):

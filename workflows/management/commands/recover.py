@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from workflows import engine
-from workflows.recovery import recover_run
+from workflows.recovery.recover import recover_run
 
 
 class Command(BaseCommand):

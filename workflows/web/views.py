@@ -19,11 +19,18 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from tollgate.exports import csv_download
 from tollgate.query import int_param, whole_number
-
-from . import briefs, engine, links, permissions, selectors, timezones
-from .forms import StartRunForm, gate_form, posted_values
-from .models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, StepStatus, WorkflowSpec
-from .permissions import (
+from workflows import engine, permissions, selectors, timezones
+from workflows.delivery import links
+from workflows.models import (
+    OPEN_RUN_STATUSES,
+    Approval,
+    Run,
+    RunStatus,
+    Step,
+    StepStatus,
+    WorkflowSpec,
+)
+from workflows.permissions import (
     can_cancel,
     can_decide,
     can_export_audit,
@@ -34,7 +41,9 @@ from .permissions import (
     decide_refusal,
     readable_runs,
 )
-from .recovery import recover_run
+from workflows.recovery.recover import recover_run
+from workflows.web import briefs
+from workflows.web.forms import StartRunForm, gate_form, posted_values
 
 
 def _dag_order(steps: list) -> list:
@@ -396,7 +405,7 @@ def run_recover(request, pk: int):
 @require_http_methods(["GET", "POST"])
 def profile(request):
     """Your API tokens (create one, shown once, or revoke one) and your time zone."""
-    from .models import ApiToken, Preference
+    from workflows.models import ApiToken, Preference
 
     new_token = None
     preference = Preference.objects.filter(user=request.user).first() or Preference(
@@ -426,7 +435,7 @@ def profile(request):
 def token_revoke(request, pk: int):
     from django.utils import timezone
 
-    from .models import ApiToken
+    from workflows.models import ApiToken
 
     token = get_object_or_404(ApiToken, pk=pk, user=request.user)
     if token.revoked_at is None:
@@ -499,7 +508,8 @@ def run_audit(request, pk: int):
 def workers(request):
     """Operators: every consumer seen, alive, gone or silent, what each holds; the periodic
     tasks' last runs; a warning when no sweep has run for three periods."""
-    from . import operations, presence
+    from workflows.ops import operations
+    from workflows.recovery import presence
 
     if not (can_operate(request.user) or request.user.is_staff):
         return HttpResponseForbidden("The workers page is for operators.")
@@ -512,7 +522,7 @@ def workers(request):
 @require_GET
 def dev_mail(request):
     """With DEBUG only: the mail Tollgate sent, newest first, links whole and clickable."""
-    from .models import Notification
+    from workflows.models import Notification
 
     if not settings.DEBUG:
         raise Http404("The development mail page exists with DEBUG only.")

@@ -14,8 +14,8 @@ from pathlib import Path
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from . import grants
-from .params import check_fields
+from workflows.specs import grants
+from workflows.specs.params import check_fields
 
 TOP_FIELDS = {"name", "version", "description", "steps", "params", "max_parallel"}
 STEP_FIELDS = {
@@ -517,8 +517,8 @@ def parse_spec_file(path: str | Path) -> dict:
 def require_author(actor, definition: dict) -> None:
     """A person loading specs needs add_workflowspec, and author_command_spec for a spec that
     runs commands or shell on the workers. The system (None or a name) may load any."""
-    from . import permissions
-    from .engine import NotPermitted
+    from workflows import permissions
+    from workflows.engine import NotPermitted
 
     if not permissions.is_person(actor):
         return
@@ -530,8 +530,8 @@ def require_author(actor, definition: dict) -> None:
 def require_program_author(actor, definition: dict) -> None:
     """Steps that run programs on the workers (in a spec, or added to a run) need a person to
     hold author_command_spec. The system (None or a name) may."""
-    from . import permissions
-    from .engine import NotPermitted
+    from workflows import permissions
+    from workflows.engine import NotPermitted
 
     if permissions.is_person(actor) and permissions.runs_programs(definition) and not (
             permissions.has(actor, permissions.AUTHOR_COMMANDS)):
@@ -540,7 +540,7 @@ def require_program_author(actor, definition: dict) -> None:
 
 
 def _last_version(name: str) -> int:
-    from .models import WorkflowSpec
+    from workflows.models import WorkflowSpec
 
     return (WorkflowSpec.objects.filter(name=name).order_by("-version")
             .values_list("version", flat=True).first() or 0)
@@ -548,7 +548,7 @@ def _last_version(name: str) -> int:
 
 def _create_version(definition: dict, spec_digest: str, version: int, **fields):
     """A new version row (the (name, version) constraint refuses a taken version)."""
-    from .models import WorkflowSpec
+    from workflows.models import WorkflowSpec
 
     return WorkflowSpec.objects.create(
         name=definition["name"], version=version, description=definition["description"],
@@ -557,7 +557,7 @@ def _create_version(definition: dict, spec_digest: str, version: int, **fields):
 
 def store_spec(data, *, actor=None) -> tuple[WorkflowSpec, bool]:  # noqa: F821
     """Validate and store a spec. Returns (spec, created); unchanged specs are not re-stored."""
-    from .models import SpecStatus, WorkflowSpec
+    from workflows.models import SpecStatus, WorkflowSpec
 
     definition = validate_spec(data)
     require_author(actor, definition)
@@ -592,7 +592,7 @@ def store_one_off(data, *, actor=None):
     """A run's inline steps, stored as a one-off version of the spec they name: validated and
     authorised like any spec, never the active version. The same steps sent again (a
     repeated start) find the version stored the first time."""
-    from .models import SpecStatus, WorkflowSpec
+    from workflows.models import SpecStatus, WorkflowSpec
 
     definition = validate_spec(data)
     require_author(actor, definition)
@@ -615,9 +615,9 @@ def store_one_off(data, *, actor=None):
 def set_spec_status(name: str, version: int, status: str, *, actor=None):
     """Archive a spec version, or make it the active one (archiving the version that was).
     Needs workflows.change_workflowspec for a person."""
-    from . import permissions
-    from .engine import NotFound, NotPermitted
-    from .models import SpecStatus, WorkflowSpec
+    from workflows import permissions
+    from workflows.engine import NotFound, NotPermitted
+    from workflows.models import SpecStatus, WorkflowSpec
 
     if permissions.is_person(actor) and not permissions.has(
             actor, "workflows.change_workflowspec"):

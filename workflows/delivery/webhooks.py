@@ -28,9 +28,10 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 
-from . import clock, links
-from .addresses import RefusedAddress, resolve
-from .models import Checkpoint, DeliveryStatus, Step, StepStatus, Webhook, WebhookDelivery
+from workflows import clock
+from workflows.delivery import links
+from workflows.delivery.addresses import RefusedAddress, resolve
+from workflows.models import Checkpoint, DeliveryStatus, Step, StepStatus, Webhook, WebhookDelivery
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,9 @@ import os
 import signal
 from dataclasses import dataclass
 
-from . import clock, engine, processes, worker
-from .models import Run, Step, StepStatus
+from workflows import clock, engine
+from workflows.models import Run, Step, StepStatus
+from workflows.workers import processes, worker
 
 
 @dataclass

@@ -6,8 +6,8 @@ def inbox(request):
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {}
-    from .permissions import can_export_audit
-    from .selectors import inbox_count
+    from workflows.permissions import can_export_audit
+    from workflows.selectors import inbox_count
 
     # Read once per response, however many places show it.
     return {"inbox_count": functools.cache(lambda: inbox_count(user)),

@@ -20,8 +20,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 
-from . import clock
-from .models import (
+from workflows import clock
+from workflows.models import (
     TERMINAL_RUN_STATUSES,
     Approval,
     Checkpoint,
@@ -88,7 +88,7 @@ def finished_runs(older_than_days: float, now=None):
 def prune_runs(older_than_days: float, out, *, batch: int = 200, now=None) -> int:
     """Export (JSON lines to `out`, a text file) then delete the finished runs older than
     this, `batch` runs to a transaction. Returns how many runs were deleted."""
-    from .selectors import run_audit
+    from workflows.selectors import run_audit
 
     deleted = 0
     candidates = finished_runs(older_than_days, now)

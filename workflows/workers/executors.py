@@ -17,10 +17,10 @@ from pathlib import Path
 
 from django.conf import settings
 
-from . import accounts, agents, grants, redaction, spool
-from .params import env_name
-from .specs import allowed_callable
-from .values import fill
+from workflows.specs import allowed_callable, grants
+from workflows.specs.params import env_name
+from workflows.specs.values import fill
+from workflows.workers import accounts, agents, redaction, spool
 
 REDACTED = redaction.REDACTED
 
@@ -389,7 +389,7 @@ def read_patch(path: Path) -> tuple[dict, str]:
         return {}, f"State patch file is not valid JSON: {exc}"
     if not isinstance(patch, dict):
         return {}, "State patch file must hold a JSON object"
-    from .values import BadValue, check_json
+    from workflows.specs.values import BadValue, check_json
 
     try:
         check_json(patch, "state patch")

@@ -16,8 +16,9 @@ from datetime import timedelta
 from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 
-from . import clock, dispatch, engine, processes, worker
-from .models import (
+from workflows import clock, engine
+from workflows.delivery import dispatch
+from workflows.models import (
     Checkpoint,
     CheckpointKind,
     Compensation,
@@ -27,6 +28,7 @@ from .models import (
     Step,
     StepStatus,
 )
+from workflows.workers import processes, worker
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from . import clock
-from .models import (
+from workflows import clock
+from workflows.models import (
     OPEN_RUN_STATUSES,
     CheckpointKind,
     Notification,
@@ -137,7 +137,7 @@ class DatabaseState:
                 took.add_metric([run.name], run.last_seconds)
         yield last
         yield took
-        from .presence import sweeper_late
+        from workflows.recovery.presence import sweeper_late
 
         yield GaugeMetricFamily("tollgate_sweeper_late",
                                 "1 when no sweep has finished for three periods",

@@ -14,8 +14,9 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.db.models import F
 
-from . import clock, processes
-from .models import PeriodicRun, Worker
+from workflows import clock
+from workflows.models import PeriodicRun, Worker
+from workflows.workers import processes
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ def report(holds: list[str]) -> None:
 
 
 def _beat() -> None:
-    from .worker import KEEPER
+    from workflows.workers.worker import KEEPER
 
     while True:
         try:

@@ -9,9 +9,9 @@ from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from . import links
-from .models import Checkpoint, Notification, StepStatus
-from .permissions import deciders
+from workflows.delivery import links
+from workflows.models import Checkpoint, Notification, StepStatus
+from workflows.permissions import deciders
 
 log = logging.getLogger(__name__)
 

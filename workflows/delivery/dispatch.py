@@ -10,8 +10,8 @@ import logging
 
 from django.conf import settings
 
-from . import clock
-from .engine import Announcement
+from workflows import clock
+from workflows.engine import Announcement
 
 log = logging.getLogger(__name__)
 

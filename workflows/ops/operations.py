@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from .models import Compensation, PeriodicRun, Step, Worker
-from .presence import state
+from workflows.models import Compensation, PeriodicRun, Step, Worker
+from workflows.recovery.presence import state
 
 WINDOW = timedelta(days=1)  # workers not seen for a day are left off the page
 

@@ -22,11 +22,19 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 
 from tollgate import dbfaults, logs, tracing
-
-from . import dispatch, engine, processes, spool
-from .engine import compensations
-from .executors import MissingSecret, Outcome, execute, outcome_of, resolved_env, secret_values
-from .models import Compensation, Step
+from workflows import engine
+from workflows.delivery import dispatch
+from workflows.engine import compensations
+from workflows.models import Compensation, Step
+from workflows.workers import processes, spool
+from workflows.workers.executors import (
+    MissingSecret,
+    Outcome,
+    execute,
+    outcome_of,
+    resolved_env,
+    secret_values,
+)
 
 log = logging.getLogger(__name__)
 BLINKS = dbfaults.AWAY

@@ -9,8 +9,8 @@ from datetime import timedelta
 
 from django.db.models import Q
 
-from .models import OPEN_RUN_STATUSES, Run, Step, StepStatus
-from .values import readable
+from workflows.models import OPEN_RUN_STATUSES, Run, Step, StepStatus
+from workflows.specs.values import readable
 
 VALUE_CHARS = 80  # a value longer than this is shortened on the card, whole on demand
 

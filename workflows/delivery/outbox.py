@@ -17,9 +17,9 @@ from datetime import timedelta
 from django.conf import settings
 from django.db.models import Q
 
-from . import clock, engine
-from .engine import Announcement
-from .models import Checkpoint, CheckpointKind, OutboxJob, OutboxMessage, StepStatus
+from workflows import clock, engine
+from workflows.engine import Announcement
+from workflows.models import Checkpoint, CheckpointKind, OutboxJob, OutboxMessage, StepStatus
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def record(sender, announcement: Announcement, **kwargs) -> None:
 def deliver(message_id: int, now=None) -> str:
     """Deliver one message if it is due (claimed first: two workers never run it at once).
     Returns "done", "retrying", or "not due"."""
-    from . import dispatch, notifications, webhooks
+    from workflows.delivery import dispatch, notifications, webhooks
 
     now = now or clock.now()
     claimed = OutboxMessage.objects.filter(pk=message_id, done_at__isnull=True,
