@@ -31,6 +31,7 @@ run: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/pytest

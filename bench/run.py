@@ -159,7 +159,7 @@ class Bench:
     def runtime(self) -> None:
         """Per-step overhead (linear chain), fan-out and many-run throughput, Tollgate and
         DBOS interleaved in rounds on the same database; medians."""
-        from workflows.specs import store_spec
+        from workflows.specs.storage import store_spec
 
         linear_n, fan_n, runs_n, runs_len = self.pick((20, 10, 2, 5), (100, 50, 5, 10),
                                                       (500, 200, 20, 10))
@@ -210,7 +210,7 @@ class Bench:
         """With a 5,000-step fan-out in flight, how soon a new 3-step run starts and ends."""
         from workflows import engine
         from workflows.models import Run, Step
-        from workflows.specs import store_spec
+        from workflows.specs.storage import store_spec
 
         width, probes = self.pick((100, 2), (1000, 5), (5000, 10))
         noop = {"callable": "workflows.callables.noop"}
@@ -372,7 +372,7 @@ class Bench:
 
         from workflows.models import Run, Step
         from workflows.recovery import sweeper
-        from workflows.specs import store_spec
+        from workflows.specs.storage import store_spec
 
         spec = store_spec({"name": "bench-sweep", "steps": [
             {"key": f"s{i}", "run": {"callable": "workflows.callables.noop"}}
@@ -676,7 +676,7 @@ class Bench:
         """Many runs of callables, commands and shell steps on two consumers of four threads:
         the consumers' resident memory after each 10,000 steps (flat after warm-up)."""
         from workflows.models import Run
-        from workflows.specs import store_spec
+        from workflows.specs.storage import store_spec
 
         per_round, rounds = self.pick((200, 2), (2_000, 3), (10_000, 5))
         spec = store_spec({"name": "bench-soak", "steps": [
@@ -711,7 +711,7 @@ class Bench:
 
         from workflows import engine
         from workflows.models import Checkpoint, Run
-        from workflows.specs import store_spec
+        from workflows.specs.storage import store_spec
         from workflows.workers import worker
 
         n = self.pick(20, 100, 500)
@@ -865,7 +865,7 @@ NOOP = {"callable": "workflows.callables.noop"}
 
 def chain_spec(name: str, length: int):
     """A linear chain of no-op callable steps."""
-    from workflows.specs import store_spec
+    from workflows.specs.storage import store_spec
 
     return store_spec({"name": name, "steps": [
         {"key": f"s{i}", "run": NOOP, **({"depends_on": [f"s{i - 1}"]} if i else {})}
@@ -889,7 +889,7 @@ def gate_spec():
     """A gate and the step after it (the approvals, pages and HTTP sections)."""
     from django.contrib.auth.models import Group
 
-    from workflows.specs import store_spec
+    from workflows.specs.storage import store_spec
 
     Group.objects.get_or_create(name="bench-qa")
     return store_spec({"name": "bench-gate", "steps": [

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Group, Permission, User
 
-from workflows.specs import store_spec
+from workflows.specs.storage import store_spec
 
 RELEASE = {
     "name": "release",

@@ -14,7 +14,7 @@ from django.db import connection
 from tests.support.processes import ROOT
 from tests.workflows.helpers import work
 from workflows import engine
-from workflows.specs import store_spec
+from workflows.specs.storage import store_spec
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

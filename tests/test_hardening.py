@@ -14,7 +14,7 @@ from django.test import Client
 from goals.models import Goal
 from workflows import engine
 from workflows.models import ApiToken, Run, WorkflowSpec
-from workflows.specs import SpecError, validate_spec
+from workflows.specs.validation import SpecError, validate_spec
 
 from .conftest import make_user
 

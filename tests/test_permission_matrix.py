@@ -15,9 +15,8 @@ from django.core.management import call_command
 from django.test import Client
 
 from goals.models import Goal
-from workflows import engine
+from workflows import engine, processes
 from workflows.models import ApiToken, Run, WorkflowSpec
-from workflows.workers import processes
 
 from .conftest import make_user
 

@@ -14,7 +14,7 @@ from tests.support.processes import ROOT, stop
 from tests.workflows.consumers import consumer_env, wait_for
 from workflows import engine
 from workflows.models import Checkpoint, Run
-from workflows.specs import store_spec
+from workflows.specs.storage import store_spec
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.consumer]
 

@@ -4,6 +4,9 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import Q
 
+from workflows.specs.storage import require_author, store_spec
+from workflows.specs.validation import SpecError, masked, spec_problems, validate_spec
+
 from . import engine
 from .models import (
     ApiToken,
@@ -18,7 +21,6 @@ from .models import (
     WorkflowSpec,
 )
 from .permissions import can_change_specs, readable_runs, sees_every_run
-from .specs import SpecError, masked, require_author, spec_problems, store_spec, validate_spec
 
 
 class SpecForm(forms.ModelForm):

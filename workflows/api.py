@@ -15,12 +15,13 @@ from goals.models import Priority
 from tollgate.query import MAX_ID
 from tollgate.schemas import Day, Error, Id, Input, Key
 from workflows.recovery.recover import recover_run
+from workflows.specs.storage import set_spec_status, store_one_off, store_spec
+from workflows.specs.validation import SpecError
 
 from . import engine, selectors
 from .models import Checkpoint, Run, RunStatus, SpecStatus, StepStatus
 from .permissions import can_change_specs, readable_runs
 from .selectors import resume_state
-from .specs import SpecError, set_spec_status, store_one_off, store_spec
 
 router = Router(tags=["workflows"])
 

@@ -11,13 +11,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from croniter import croniter
 from django.conf import settings
 from django.db import IntegrityError, transaction
-
-from workflows.specs.params import FieldErrors, coerce
 
 from . import clock, engine
 from .models import (
@@ -30,45 +28,21 @@ from .models import (
     SpecStatus,
     WorkflowSpec,
 )
+from .models.schedules import validate_schedule
 
 MAX_SLOTS = 10_000  # a schedule asleep for years is counted up to here, not forever
 
 
-class ScheduleError(ValueError):
-    pass
-
 log = logging.getLogger(__name__)
-
-
-def validate_schedule(schedule: Schedule) -> None:
-    if bool(schedule.cron) == bool(schedule.interval_seconds):
-        raise ScheduleError("Give a cron expression or an interval in seconds (one of them).")
-    if schedule.cron and not croniter.is_valid(schedule.cron):
-        raise ScheduleError(f"{schedule.cron!r} is not a valid cron expression.")
-    try:
-        ZoneInfo(schedule.timezone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ScheduleError(f"Unknown timezone {schedule.timezone!r}.") from None
-    spec = (WorkflowSpec.objects.filter(name=schedule.spec_name)
-            .order_by("status", "-version").first())  # the active one sorts first
-    if spec is None:
-        raise ScheduleError(f"No spec named {schedule.spec_name!r}; load it first.")
-    try:
-        coerce(spec.definition.get("params", []), schedule.params or None)
-    except FieldErrors as exc:
-        raise ScheduleError(str(exc)) from None
-    if schedule.enabled and not WorkflowSpec.objects.filter(
-            name=schedule.spec_name, status=SpecStatus.ACTIVE).exists():
-        raise ScheduleError(f"Spec {schedule.spec_name!r} has no active version; activate one "
-                            "or leave the schedule disabled.")
 
 
 def require_schedule_rights(schedule: Schedule, *, actor) -> None:
     """A schedule starts runs on its author's say: creating or enabling one (or changing
     what an enabled one starts) needs add_run, and author_command_spec when its spec runs
     programs. Disabling needs neither. The system (None or a name) may."""
+    from workflows.specs.storage import require_program_author
+
     from . import permissions
-    from .specs import require_program_author
 
     if not permissions.is_person(actor):
         return

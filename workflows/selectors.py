@@ -6,11 +6,6 @@ from datetime import timedelta
 
 from django.db.models import Count, F, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
-from django.utils.timezone import now as timezone_now
-
-from workflows.specs.values import fill
-from workflows.web import briefs
-from workflows.web.forms import gate_form
 
 from .engine import NotFound
 from .engine.rules import next_move, ready_steps
@@ -23,11 +18,10 @@ from .models import (
     Run,
     RunStatus,
     SpecStatus,
-    Step,
     WorkflowSpec,
 )
 from .permissions import decidable_by
-from .specs import masked
+from .specs.validation import masked
 from .timezones import day_starts
 
 
@@ -261,99 +255,3 @@ def decision_rows(approvals: QuerySet[Approval]):
                "step_title": step_title, "attempt": attempt, "user": user,
                "decision": decision, "group": group, "comment": comment,
                "values": values or {}, "waited_seconds": waited}
-
-
-OUTPUT_TAIL_LINES = 5
-
-
-def fill_placeholders(text: str, run: Run) -> str:
-    """`{{ state.key }}` and `{{ params.key }}` (dotted for nested values) from the run."""
-    return fill(text, run.shared_state, run.params)
-
-
-# The inbox shows this many gates, the oldest first: a page that stays quick whatever the
-# backlog, and the ones to decide first.
-INBOX_LIMIT = 50
-
-
-def inbox_gates(user) -> list:
-    """The oldest gates waiting on this user (at most INBOX_LIMIT), each with its evidence."""
-    return gate_evidence(list(decidable_by(user).select_related(
-        "run", "run__spec", "run__goal", "run__requested_by")[:INBOX_LIMIT]))
-
-
-def inbox_versions(user) -> dict[int, str]:
-    """The inbox's gates by id with their `version` (see gate_evidence), in one query and
-    without their evidence: what a live inbox's poll compares before it builds any card."""
-    rows = (decidable_by(user)
-            .annotate(decided=Count("approvals", filter=Q(approvals__attempt=F("attempt"))))
-            .values_list("pk", "attempt", "decided")[:INBOX_LIMIT])
-    return {pk: f"{attempt}.{decided}" for pk, attempt, decided in rows}
-
-
-def approvals_of_attempt(decisions, attempt: int) -> tuple[list, int]:
-    """(this attempt's decisions, how many of them approve): a gate's quorum progress."""
-    current = [d for d in decisions if d.attempt == attempt]
-    return current, sum(1 for d in current if d.decision == Decision.APPROVE)
-
-
-def _decisions_by_gate(gates: list) -> dict[int, list[Approval]]:
-    """Every decision on these gates, oldest first, by gate id (one query)."""
-    decided: dict[int, list[Approval]] = {}
-    for approval in (Approval.objects.filter(step__in=[g.pk for g in gates])
-                     .select_related("user").order_by("at")):
-        decided.setdefault(approval.step_id, []).append(approval)
-    return decided
-
-
-def _output(step: Step) -> dict:
-    """A step's output for a card: the last lines, and the whole of it when that was cut."""
-    output = (step.last_evidence or {}).get("stdout", "") or ""
-    lines = output.rstrip("\n").splitlines()
-    return {"tail": "\n".join(lines[-OUTPUT_TAIL_LINES:]), "output": output,
-            "cut": len(lines) > OUTPUT_TAIL_LINES}
-
-
-def gate_evidence(gates: list) -> list:
-    """Give each gate what its approvers decide with, in four queries whatever the count:
-    `instructions`, `form`, `decisions` (this attempt's, for quorum progress) and their
-    `version`, `due` (the deadline in words), and the brief (briefs.brief: params, the trail
-    of steps before it, each direct dependency's output, consequences)."""
-    if not gates:
-        return gates
-    wanted = Q(pk__in=[])
-    for gate in gates:
-        wanted |= Q(run_id=gate.run_id, key__in=gate.depends_on)
-    outputs = {(s.run_id, s.key): _output(s) for s in Step.objects.filter(wanted).only(
-        "run_id", "key", "last_evidence")}
-    decided = _decisions_by_gate(gates)
-    briefs.brief(gates)
-    now = timezone_now()
-    for gate in gates:
-        gate.instructions = fill_placeholders(gate.config.get("description", ""), gate.run)
-        gate.form = gate_form(gate)
-        gate.decisions, gate.approved = approvals_of_attempt(decided.get(gate.pk, []),
-                                                             gate.attempt)
-        # What the live inbox compares to know a card's quorum line changed.
-        gate.version = f"{gate.attempt}.{len(gate.decisions)}"
-        gate.due = briefs.deadline(gate, now)
-        for entry in gate.trail:
-            entry["output"] = (outputs.get((gate.run_id, entry["key"]))
-                               if entry["key"] in gate.depends_on else None)
-    return gates
-
-
-def gates_left(user, step_ids: list[int]) -> list[Step]:
-    """Gates an open inbox still shows that no longer wait on this user (decided by others,
-    or their run moved on), each with this attempt's `decisions`: the cards turn into their
-    decided state. Only gates of the user's groups: an inbox cannot probe other steps."""
-    if not step_ids:
-        return []
-    gates = list(Step.objects.filter(pk__in=step_ids[:200], kind="approval",
-                                     approval_group__in=user.groups.values("name"))
-                 .select_related("run").order_by("pk"))
-    decided = _decisions_by_gate(gates)
-    for gate in gates:
-        gate.decisions = approvals_of_attempt(decided.get(gate.pk, []), gate.attempt)[0]
-        gate.mine = [d for d in gate.decisions if d.user_id == user.pk]
-    return gates

@@ -183,7 +183,7 @@ class TestRuns:
 @pytest.fixture
 def agent_run(api, db):
     """A run whose first step waits for an agent's report."""
-    from workflows.specs import store_spec
+    from workflows.specs.storage import store_spec
 
     store_spec({"name": "reviewed", "steps": [
         {"key": "review", "title": "Agent review"},

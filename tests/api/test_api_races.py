@@ -34,7 +34,7 @@ def test_one_key_sent_for_two_specs_at_once_opens_one_run(api, release_spec):
     created and the other answered 409 naming the spec, on every try."""
     from django.test import Client
 
-    from workflows.specs import store_spec
+    from workflows.specs.storage import store_spec
 
     store_spec({"name": "other", "steps": [
         {"key": "a", "run": {"callable": "workflows.callables.noop"}}]})

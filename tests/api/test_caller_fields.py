@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from workflows.models import Checkpoint, Run, WorkflowSpec
-from workflows.specs import store_spec
+from workflows.specs.storage import store_spec
 
 pytestmark = pytest.mark.django_db
 

@@ -10,8 +10,9 @@ from django.utils import timezone
 
 from workflows import engine, schedules
 from workflows.models import Schedule, WorkflowSpec
-from workflows.schedules import ScheduleError, validate_schedule
-from workflows.specs import SpecError, store_spec, validate_spec
+from workflows.models.schedules import ScheduleError, validate_schedule
+from workflows.specs.storage import store_spec
+from workflows.specs.validation import SpecError, validate_spec
 
 from ..conftest import RELEASE
 

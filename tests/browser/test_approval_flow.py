@@ -8,7 +8,7 @@ from goals.models import Goal
 from tests.workflows.helpers import work
 from workflows import engine
 from workflows.models import Approval, Run
-from workflows.specs import store_spec
+from workflows.specs.storage import store_spec
 
 from .conftest import SCREENSHOTS, login
 

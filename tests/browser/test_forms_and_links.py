@@ -9,7 +9,7 @@ from tests.workflows.helpers import work
 from workflows import engine
 from workflows.delivery import links
 from workflows.models import Approval, Run
-from workflows.specs import store_spec
+from workflows.specs.storage import store_spec
 
 from .conftest import login
 

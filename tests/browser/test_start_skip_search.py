@@ -8,7 +8,7 @@ from django.contrib.auth.models import Permission
 
 from workflows import engine
 from workflows.models import Run
-from workflows.specs import store_spec
+from workflows.specs.storage import store_spec
 
 from .conftest import login
 

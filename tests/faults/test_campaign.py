@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from workflows import engine
+from workflows import engine, processes
 from workflows.models import Checkpoint, Compensation, Notification, OutboxMessage, Run, Step
-from workflows.specs import SpecError, store_spec
-from workflows.workers import processes
+from workflows.specs.storage import store_spec
+from workflows.specs.validation import SpecError
 from workflows.workers.spool import root as spool_root
 
 from ..support.attempts import logged_shell, overlaps, ran_to_the_end

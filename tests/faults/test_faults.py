@@ -20,7 +20,7 @@ from django.db import OperationalError, connection
 from workflows import engine
 from workflows.models import Run, Step
 from workflows.recovery import sweeper
-from workflows.specs import store_spec
+from workflows.specs.storage import store_spec
 from workflows.workers import worker
 
 from ..workflows.consumers import wait_for

@@ -9,6 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from goals.models import Goal
 from workflows import engine, selectors
 from workflows.models import Approval, Checkpoint, Run
+from workflows.web import cards
 
 pytestmark = pytest.mark.django_db
 
@@ -506,7 +507,7 @@ def test_no_debug_handler_can_wipe_the_page_on_a_4xx(client, people, settings):
 class TestEvidenceOnTheCard:
     @pytest.fixture
     def gated(self, people):
-        from workflows.specs import store_spec
+        from workflows.specs.storage import store_spec
 
         spec = store_spec({"name": "ship", "params": [{"name": "version"}], "steps": [
             {"key": "build", "title": "Build", "run": {"command": ["true"]}},
@@ -590,7 +591,7 @@ class TestLiveInbox:
 
         def quiet_poll() -> int:
             have = [f"{pk}:{version}" for pk, version in
-                    selectors.inbox_versions(people["carol"]).items()]
+                    cards.inbox_versions(people["carol"]).items()]
             with CaptureQueriesContext(connection) as queries:
                 assert client.get("/", {"poll": 1, "have": have}, **HTMX).status_code == 204
             return len(queries)
@@ -682,7 +683,7 @@ class TestBulkDecisions:
 
 def waiting_spec():
     """A spec whose one step waits for an agent's reports."""
-    from workflows.specs import store_spec
+    from workflows.specs.storage import store_spec
 
     return store_spec({"name": "agent-only", "steps": [{"key": "agent"}]})[0]
 
@@ -708,7 +709,7 @@ class TestTheCardHoldsTheDecision:
 
     def test_params_trail_values_and_consequences(self, client, people):
         from tests.workflows.helpers import work
-        from workflows.specs import store_spec
+        from workflows.specs.storage import store_spec
 
         store_spec(self.SPEC)
         run = engine.open_run("deploy-card", actor=people["alice"],
@@ -750,7 +751,7 @@ class TestDeadlinesPeopleCanRead:
     @pytest.fixture
     def timed(self, people):
         from tests.workflows.helpers import work
-        from workflows.specs import store_spec
+        from workflows.specs.storage import store_spec
 
         store_spec(self.SPEC)
         run = engine.open_run("timed", actor=people["alice"]).run

@@ -13,7 +13,8 @@ from django.test import Client
 
 from workflows import engine
 from workflows.models import ApiToken, Run
-from workflows.specs import SpecError, store_spec, validate_spec
+from workflows.specs.storage import store_spec
+from workflows.specs.validation import SpecError, validate_spec
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,8 @@ from django.test import Client
 
 from workflows import engine
 from workflows.models import ApiToken, Run, Step
-from workflows.specs import SpecError, store_spec
+from workflows.specs.storage import store_spec
+from workflows.specs.validation import SpecError
 
 from ..conftest import make_user
 

@@ -11,7 +11,7 @@ from workflows.delivery import webhooks
 from workflows.delivery.addresses import RefusedAddress, check_url
 from workflows.models import ApiToken, Approval, Schedule, Webhook, WebhookDelivery
 from workflows.schedules import save_schedule
-from workflows.specs import store_spec
+from workflows.specs.storage import store_spec
 
 from ..conftest import make_user
 

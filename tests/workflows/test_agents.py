@@ -10,7 +10,8 @@ import pytest
 
 from workflows import engine
 from workflows.models import Checkpoint, Run, Step
-from workflows.specs import SpecError, require_author, store_spec, validate_spec
+from workflows.specs.storage import require_author, store_spec
+from workflows.specs.validation import SpecError, validate_spec
 from workflows.workers.executors import execute
 
 from ..conftest import make_user

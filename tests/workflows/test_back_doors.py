@@ -7,7 +7,7 @@ from django.test import Client
 
 from workflows import engine
 from workflows.models import ApiToken, Run, Step
-from workflows.specs import store_spec
+from workflows.specs.storage import store_spec
 
 from ..conftest import make_user
 from .helpers import work

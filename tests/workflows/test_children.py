@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from workflows import engine
+from workflows import engine, processes
 from workflows.delivery import outbox
 from workflows.models import Checkpoint, OutboxMessage, Run, Step
 from workflows.recovery.recover import recover_run
-from workflows.specs import SpecError, store_spec, validate_spec
-from workflows.workers import processes, worker
+from workflows.specs.storage import store_spec
+from workflows.specs.validation import SpecError, validate_spec
+from workflows.workers import worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,7 +7,8 @@ from django.utils import timezone
 
 from workflows import engine
 from workflows.models import Run, Step
-from workflows.specs import SpecError, store_spec
+from workflows.specs.storage import store_spec
+from workflows.specs.validation import SpecError
 from workflows.workers import worker
 
 from .helpers import status

@@ -11,7 +11,7 @@ from huey.contrib.djhuey import HUEY
 
 from workflows import engine
 from workflows.models import Checkpoint, Run, Step
-from workflows.specs import store_spec
+from workflows.specs.storage import store_spec
 
 from .consumers import wait_for
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from workflows import deadlines, engine
 from workflows.models import Checkpoint, Step
-from workflows.specs import store_spec
+from workflows.specs.storage import store_spec
 
 from .helpers import status
 

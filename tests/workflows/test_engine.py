@@ -82,7 +82,7 @@ class TestReadySet:
     @pytest.fixture
     def settled_failure(self, db):
         """A run whose step a failed with continue_on_failure, so its dependant b may go on."""
-        from workflows.specs import store_spec
+        from workflows.specs.storage import store_spec
 
         spec = store_spec({"name": "cof", "steps": [
             {"key": "a", "run": {"command": ["true"]}, "continue_on_failure": True},
@@ -111,7 +111,7 @@ class TestReadySet:
         assert status(run) == {"run": "completed", "a": "completed", "b": "completed"}
 
     def test_wide_fan_in_waits_for_every_branch(self, db):
-        from workflows.specs import store_spec
+        from workflows.specs.storage import store_spec
 
         branches = [f"p{i}" for i in range(30)]
         spec = store_spec({"name": "fan-in", "steps": [
@@ -272,7 +272,7 @@ class TestApprovals:
             engine.approve(run, "qa", user=people["bob"])
 
     def test_requester_may_approve_when_spec_allows(self, db, people):
-        from workflows.specs import store_spec
+        from workflows.specs.storage import store_spec
 
         spec = store_spec({"name": "self", "steps": [
             {"key": "ok", "approval": {"group": "qa", "allow_self_approval": True}}]})[0]
@@ -371,7 +371,7 @@ class TestRecordTransition:
 
     @pytest.fixture
     def agent_run(self, db):
-        from workflows.specs import store_spec
+        from workflows.specs.storage import store_spec
 
         run = engine.open_run(store_spec(AGENT_SPEC)[0]).run
         finish_build(run)
@@ -519,7 +519,7 @@ class TestTransitionCost:
         from django.db import connection
         from django.test.utils import CaptureQueriesContext
 
-        from workflows.specs import store_spec
+        from workflows.specs.storage import store_spec
 
         noop = {"callable": "workflows.callables.noop"}
         spec = store_spec({"name": f"chain-{chain_length}", "steps": [

@@ -171,7 +171,7 @@ def test_callable_off_the_allow_list_is_refused(settings):
 
 @pytest.mark.parametrize("path", ["workflows.callables.noop", "workflows.callables.sleep"])
 def test_allow_list_wildcard_covers_module_functions(path):
-    from workflows.specs import callable_allowed
+    from workflows.specs.validation import callable_allowed
 
     assert callable_allowed(path)
     assert not callable_allowed("workflows.callables_evil.noop")

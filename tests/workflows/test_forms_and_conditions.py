@@ -10,7 +10,8 @@ from django.test import Client
 
 from workflows import engine
 from workflows.models import Approval, Checkpoint, Step
-from workflows.specs import SpecError, store_spec, validate_spec
+from workflows.specs.storage import store_spec
+from workflows.specs.validation import SpecError, validate_spec
 
 from .helpers import kinds, status
 

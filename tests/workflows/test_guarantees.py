@@ -16,11 +16,12 @@ from django.db.models import ProtectedError
 from django.test import Client
 from django.utils import timezone
 
-from workflows import engine
+from workflows import engine, processes
 from workflows.models import ApiToken, Checkpoint, Run, Step
 from workflows.recovery import sweeper
-from workflows.specs import SpecError, store_spec, validate_spec
-from workflows.workers import processes, worker
+from workflows.specs.storage import store_spec
+from workflows.specs.validation import SpecError, validate_spec
+from workflows.workers import worker
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from workflows import engine
 from workflows.engine import rules
 from workflows.models import STEP_FRONTIER, Checkpoint, Run, Step
-from workflows.specs import store_spec
+from workflows.specs.storage import store_spec
 
 SPEC = {
     "name": "invariants",

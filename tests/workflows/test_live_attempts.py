@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from workflows import engine
+from workflows import engine, processes
 from workflows.models import Checkpoint, Compensation, Run, Step
 from workflows.recovery import sweeper
 from workflows.recovery.recover import recover_run
-from workflows.specs import store_spec
-from workflows.workers import processes, spool
+from workflows.specs.storage import store_spec
+from workflows.workers import spool
 
 from ..conftest import make_user
 from ..support.attempts import logged_shell, overlaps, ran_to_the_end, read

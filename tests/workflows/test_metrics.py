@@ -10,7 +10,7 @@ from django.test import Client
 
 from workflows import engine
 from workflows.models import Run
-from workflows.specs import store_spec
+from workflows.specs.storage import store_spec
 
 from .consumers import wait_for
 

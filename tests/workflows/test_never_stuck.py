@@ -8,10 +8,10 @@ import threading
 
 import pytest
 
-from workflows import engine
+from workflows import engine, processes
 from workflows.models import Step
-from workflows.specs import store_spec
-from workflows.workers import processes, spool, worker
+from workflows.specs.storage import store_spec
+from workflows.workers import spool, worker
 from workflows.workers.executors import run_process
 
 CONTEXT = {"run_id": 1, "step_key": "s", "attempt": 1}

@@ -73,7 +73,7 @@ def test_escalation_tells_the_new_group_and_the_requester(db, people, sent,
 
     from workflows import deadlines
     from workflows.models import Step
-    from workflows.specs import store_spec
+    from workflows.specs.storage import store_spec
 
     people["erin"].groups.add(people["dave"].groups.get())
     spec = store_spec({"name": "esc", "steps": [{"key": "ok", "approval": {

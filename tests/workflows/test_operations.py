@@ -13,7 +13,7 @@ from tests.api.conftest import Api
 from workflows import engine
 from workflows.models import PeriodicRun, Step, Worker
 from workflows.recovery import presence
-from workflows.specs import store_spec
+from workflows.specs.storage import store_spec
 
 from .consumers import freeze, wait_for
 

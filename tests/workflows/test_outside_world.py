@@ -12,7 +12,7 @@ from workflows import deadlines, engine
 from workflows.models import ApiToken, Checkpoint, Step
 from workflows.recovery import sweeper
 from workflows.selectors import resume_state
-from workflows.specs import store_spec
+from workflows.specs.storage import store_spec
 
 from .helpers import status
 

@@ -8,7 +8,7 @@ import pytest
 
 from workflows import engine, permissions, selectors
 from workflows.models import Step
-from workflows.specs import store_spec
+from workflows.specs.storage import store_spec
 
 from ..conftest import make_user
 

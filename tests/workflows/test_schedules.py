@@ -122,7 +122,7 @@ def test_reuse_any_returns_the_run_that_used_the_key(release_spec):
 
 
 def test_a_paused_schedule_says_why_on_its_slot(release_spec):
-    from workflows.specs import set_spec_status
+    from workflows.specs.storage import set_spec_status
 
     schedule(next_run_at=T0)
     set_spec_status("release", release_spec.version, "archived")

@@ -14,7 +14,8 @@ import pytest
 from django.test import Client
 
 from workflows.models import ApiToken
-from workflows.specs import SpecError, store_spec
+from workflows.specs.storage import store_spec
+from workflows.specs.validation import SpecError
 from workflows.workers.executors import run_process
 
 from ..conftest import make_user

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from workflows.models import WorkflowSpec
-from workflows.specs import SpecError, store_spec, validate_spec
+from workflows.specs.storage import store_spec
+from workflows.specs.validation import SpecError, validate_spec
 
 from ..conftest import RELEASE
 
@@ -119,7 +120,7 @@ def test_one_active_version_is_enforced_by_the_database(db):
 
 
 def test_yaml_and_json_files(tmp_path):
-    from workflows.specs import parse_spec_file
+    from workflows.specs.validation import parse_spec_file
 
     (tmp_path / "a.json").write_text(json.dumps(RELEASE))
     (tmp_path / "b.yaml").write_text("name: b\nsteps:\n  - key: x\n    run: {command: [echo]}\n")

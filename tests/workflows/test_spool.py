@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from workflows import engine
+from workflows import engine, processes
 from workflows.models import Step
-from workflows.specs import store_spec
-from workflows.workers import processes, spool, worker
+from workflows.specs.storage import store_spec
+from workflows.workers import spool, worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

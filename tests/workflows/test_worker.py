@@ -11,7 +11,7 @@ from django.utils import timezone
 from workflows import engine
 from workflows.models import Checkpoint, Run, Step
 from workflows.recovery import sweeper
-from workflows.specs import store_spec
+from workflows.specs.storage import store_spec
 from workflows.workers import worker
 
 from .helpers import kinds, status

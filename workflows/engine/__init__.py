@@ -12,9 +12,9 @@ Modules: `errors`, `rules` (settled, ready, run status, next move: shared by Pyt
 `runs`, `steps` (work steps and leases), `gates` (approvals and deadlines), `compensations`.
 """
 
+from ..errors import IllegalTransition, InvalidInput, NotFound, NotPermitted, WorkflowError
 from . import children, compensations
 from .commit import Announcement, transition_committed, transition_recording
-from .errors import IllegalTransition, InvalidInput, NotFound, NotPermitted, WorkflowError
 from .gates import approve, decide_many, expire_gate, reject
 from .moves import require_operator
 from .rows import claimable_exists

@@ -25,6 +25,7 @@ from django.conf import settings
 from workflows.specs.values import PLACEHOLDER, fill, placeholder_value
 
 from .. import clock
+from ..errors import WorkflowError
 from ..models import (
     OPEN_RUN_STATUSES,
     Checkpoint,
@@ -36,7 +37,6 @@ from ..models import (
     WorkflowSpec,
 )
 from .commit import commit
-from .errors import WorkflowError
 from .moves import clear_lease
 from .rows import locked
 from .steps import _fail, _reported_step

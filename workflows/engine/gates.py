@@ -6,10 +6,10 @@ from __future__ import annotations
 from workflows.specs.params import FieldErrors, coerce
 
 from .. import clock, permissions
+from ..errors import IllegalTransition, InvalidInput, NotPermitted, WorkflowError
 from ..models import Approval, Checkpoint, CheckpointKind, Decision, Run, Step, StepKind, StepStatus
 from . import sql
 from .commit import commit
-from .errors import IllegalTransition, InvalidInput, NotPermitted, WorkflowError
 from .moves import (
     COMMENT_LIMIT,
     check_text,

@@ -7,8 +7,8 @@ from datetime import timedelta
 from workflows.specs.values import BadValue, check_json
 
 from .. import permissions
+from ..errors import IllegalTransition, InvalidInput, NotPermitted
 from ..models import Run, Step, StepStatus
-from .errors import IllegalTransition, InvalidInput, NotPermitted
 from .rows import actor_of
 from .rules import MAX_DELAY_SECONDS
 

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from django.db import connection, transaction
 
 from .. import clock
+from ..errors import NotFound
 from ..models import (
     DONE_STEP_STATUSES,
     STEP_FRONTIER,
@@ -27,7 +28,6 @@ from ..models import (
     StepStatus,
 )
 from . import sql
-from .errors import NotFound
 from .rules import PENDING_READY, in_frontier, is_ready, settled
 
 # Evidence (a command's output) is written by transitions, never read by them.

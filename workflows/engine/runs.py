@@ -12,6 +12,7 @@ from goals.models import Goal, Priority
 from workflows.specs.params import FieldErrors, coerce
 
 from .. import clock, permissions
+from ..errors import IllegalTransition, InvalidInput, NotFound, NotPermitted
 from ..models import (
     OPEN_RUN_STATUSES,
     OPEN_STEP_STATUSES,
@@ -25,7 +26,6 @@ from ..models import (
     WorkflowSpec,
 )
 from .commit import commit
-from .errors import IllegalTransition, InvalidInput, NotFound, NotPermitted
 from .moves import (
     REASON_LIMIT,
     check_text,
@@ -299,7 +299,8 @@ def add_steps(run, items, *, actor=None) -> list[Checkpoint]:
     Added steps are authorised like a spec that contains them: steps or compensations that
     run programs need author_command_spec; only an operator adds a gate, and an added gate
     never allows self-approval. A run holds at most TOLLGATE_MAX_STEPS_PER_RUN steps."""
-    from ..specs import SpecError, check_grants, masked, require_program_author, validate_step
+    from workflows.specs.storage import require_program_author
+    from workflows.specs.validation import SpecError, check_grants, masked, validate_step
 
     if not isinstance(items, list) or not items:
         raise InvalidInput("steps must be a non-empty list of steps.")

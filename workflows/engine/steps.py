@@ -10,13 +10,12 @@ from datetime import timedelta
 from django.db import transaction
 from django.db.models import Q
 
-from workflows import clock
-from workflows.workers import processes
+from workflows import clock, processes
 
+from ..errors import IllegalTransition, InvalidInput, NotFound
 from ..models import Checkpoint, CheckpointKind, RunStatus, Step, StepKind, StepStatus
 from .commit import commit
 from .compensations import under_way
-from .errors import IllegalTransition, InvalidInput, NotFound
 from .moves import (
     REASON_LIMIT,
     begin_attempt,

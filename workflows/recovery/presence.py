@@ -14,9 +14,8 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.db.models import F
 
-from workflows import clock
+from workflows import clock, processes
 from workflows.models import PeriodicRun, Worker
-from workflows.workers import processes
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ import os
 import signal
 from dataclasses import dataclass
 
-from workflows import clock, engine
+from workflows import clock, engine, processes
 from workflows.models import Run, Step, StepStatus
-from workflows.workers import processes, worker
+from workflows.workers import worker
 
 
 @dataclass

@@ -16,7 +16,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 
-from workflows import clock, engine
+from workflows import clock, engine, processes
 from workflows.delivery import dispatch
 from workflows.models import (
     Checkpoint,
@@ -28,7 +28,7 @@ from workflows.models import (
     Step,
     StepStatus,
 )
-from workflows.workers import processes, worker
+from workflows.workers import worker
 
 log = logging.getLogger(__name__)
 

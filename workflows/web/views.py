@@ -42,7 +42,7 @@ from workflows.permissions import (
     readable_runs,
 )
 from workflows.recovery.recover import recover_run
-from workflows.web import briefs
+from workflows.web import cards
 from workflows.web.forms import StartRunForm, gate_form, posted_values
 
 
@@ -100,10 +100,10 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
                             and step.lease_expires_at < now)
         step.decisions = by_step.get(step.pk, [])
         if step.kind == "approval":
-            step.due = briefs.deadline(step, now)
-            step.instructions = selectors.fill_placeholders(step.config.get("description", ""),
+            step.due = cards.deadline(step, now)
+            step.instructions = cards.fill_placeholders(step.config.get("description", ""),
                                                             run)
-            step.approved = selectors.approvals_of_attempt(step.decisions, step.attempt)[1]
+            step.approved = cards.approvals_of_attempt(step.decisions, step.attempt)[1]
             if refused and refused[0] == step.key:
                 step.form = gate_form(step, request.POST, errors=refused[1])
             else:
@@ -185,8 +185,8 @@ def inbox(request):
     template = "workflows/inbox.html"
     if request.htmx:
         template += "#gates"
-    return render(request, template, {"gates": selectors.inbox_gates(request.user),
-                                      "inbox_limit": selectors.INBOX_LIMIT})
+    return render(request, template, {"gates": cards.inbox_gates(request.user),
+                                      "inbox_limit": cards.INBOX_LIMIT})
 
 
 def _inbox_update(request):
@@ -200,14 +200,14 @@ def _inbox_update(request):
         pk, _, version = item.partition(":")
         if (gate_id := whole_number(pk)) is not None:
             have[gate_id] = version
-    current = selectors.inbox_versions(request.user)
+    current = cards.inbox_versions(request.user)
     left_ids = [pk for pk in have if pk not in current]
     if not left_ids and all(have.get(pk) == version for pk, version in current.items()):
         return HttpResponse(status=204)
-    gates = selectors.inbox_gates(request.user)
+    gates = cards.inbox_gates(request.user)
     arrived = [gate for gate in gates if gate.pk not in have]
     changed = [gate for gate in gates if gate.pk in have and have[gate.pk] != gate.version]
-    left = selectors.gates_left(request.user, left_ids)
+    left = cards.gates_left(request.user, left_ids)
     if not (arrived or changed or left):
         return HttpResponse(status=204)
     return render(request, "workflows/inbox.html#inbox-update",
@@ -231,12 +231,12 @@ def inbox_bulk(request):
             done = [f"You {verb} {gate.title} ({gate.run})." for gate in decided]
         except engine.WorkflowError as exc:
             problem = str(exc)
-    gates = selectors.inbox_gates(request.user)
+    gates = cards.inbox_gates(request.user)
     for gate in gates:
         gate.notice = refused.get(gate.pk, "")
     waiting = {gate.pk for gate in gates}
     # Refused gates that no longer wait on this user keep a card of their own, saying why.
-    refused_cards = selectors.gates_left(request.user, [pk for pk in refused
+    refused_cards = cards.gates_left(request.user, [pk for pk in refused
                                                         if pk not in waiting])
     for gate in refused_cards:
         gate.notice = refused[gate.pk]
@@ -282,7 +282,7 @@ def decide(request, token: str):
     if refusal:
         return render(request, "workflows/decide.html", {"run": gate.run, "problem": refusal},
                       status=403)
-    selectors.gate_evidence([gate])
+    cards.gate_evidence([gate])
     return render(request, "workflows/decide.html", {"gate": gate})
 
 
@@ -315,7 +315,7 @@ def _respond(request, run_id: int, *, key: str = "",
                 gate = (Step.objects.select_related("run", "run__goal", "run__requested_by")
                         .filter(run_id=run_id, key=key).first())
                 if gate is not None:
-                    selectors.gate_evidence([gate])
+                    cards.gate_evidence([gate])
                     if getattr(error, "errors", None):
                         gate.form = gate_form(gate, request.POST, errors=error.errors)
                 return render(request, "workflows/inbox.html#gate-card",
@@ -540,7 +540,7 @@ def gates_due(request):
         return HttpResponseForbidden("The deadlines view is for managers (staff or the "
                                      "export_audit permission).")
     return render(request, "workflows/gates_due.html",
-                  {"groups": briefs.due_gates(timezone.now())})
+                  {"groups": cards.due_gates(timezone.now())})
 
 
 @require_GET

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from django.conf import settings
 
-from workflows.specs import allowed_callable, grants
+from workflows.specs import grants
 from workflows.specs.params import env_name
+from workflows.specs.validation import allowed_callable
 from workflows.specs.values import fill
 from workflows.workers import accounts, agents, redaction, spool
 

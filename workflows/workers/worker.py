@@ -22,11 +22,11 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 
 from tollgate import dbfaults, logs, tracing
-from workflows import engine
+from workflows import engine, processes
 from workflows.delivery import dispatch
 from workflows.engine import compensations
 from workflows.models import Compensation, Step
-from workflows.workers import processes, spool
+from workflows.workers import spool
 from workflows.workers.executors import (
     MissingSecret,
     Outcome,

@@ -8,7 +8,8 @@ from django.db import transaction
 from goals.models import Goal, GoalStatus
 from workflows import engine
 from workflows.models import Run
-from workflows.specs import parse_spec_file, store_spec
+from workflows.specs.storage import store_spec
+from workflows.specs.validation import parse_spec_file
 
 PASSWORD = "tollgate-demo"
 USERS = {

@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows.specs import SpecError, parse_spec_file, store_spec
+from workflows.specs.storage import store_spec
+from workflows.specs.validation import SpecError, parse_spec_file
 
 
 class Command(BaseCommand):

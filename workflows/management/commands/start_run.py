@@ -5,7 +5,8 @@ from django.db import transaction
 
 from goals.models import Priority
 from workflows import engine
-from workflows.specs import SpecError, store_one_off
+from workflows.specs.storage import store_one_off
+from workflows.specs.validation import SpecError
 
 
 def _read_steps(path: str) -> list:

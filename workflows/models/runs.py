@@ -1,26 +1,19 @@
-"""Specs, runs, steps, approvals and the append-only checkpoint log.
+"""Runs, their steps, approvals, compensations and the append-only checkpoint log.
 
 Statuses change only through `workflows.engine`; these models hold the invariants the
-database can check.
-"""
+database can check."""
 
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Concat, Lower
 from django.utils import timezone
-from django.utils.timezone import now
 
 from goals.models import Priority
 
-
-class SpecStatus(models.TextChoices):
-    ACTIVE = "active"
-    ARCHIVED = "archived"
-    ONE_OFF = "one_off", "one-off (a run's inline steps)"
+from .specs import WorkflowSpec
 
 
 class RunStatus(models.TextChoices):
@@ -39,6 +32,8 @@ OPEN_RUN_STATUSES = (
     RunStatus.BLOCKED,
     RunStatus.WAITING_APPROVAL,
 )
+
+
 TERMINAL_RUN_STATUSES = (RunStatus.FAILED, RunStatus.COMPLETED, RunStatus.CANCELLED)
 
 
@@ -64,7 +59,11 @@ UNDER_WAY_STEP_STATUSES = (
     StepStatus.WAITING_APPROVAL,
     StepStatus.BLOCKED,
 )
+
+
 OPEN_STEP_STATUSES = (StepStatus.PENDING, *UNDER_WAY_STEP_STATUSES)
+
+
 # What progress counts as done (a run's steps_done, the goal rollups).
 DONE_STEP_STATUSES = (StepStatus.COMPLETED, StepStatus.SKIPPED)
 
@@ -73,34 +72,6 @@ class StepKind(models.TextChoices):
     RUN = "run"
     APPROVAL = "approval"
     WAIT = "wait", "waits for a report"  # never claimed by a worker
-
-
-class WorkflowSpec(models.Model):
-    name = models.SlugField(max_length=100)
-    version = models.PositiveIntegerField()
-    description = models.TextField(blank=True)
-    status = models.CharField(max_length=16, choices=SpecStatus, default=SpecStatus.ACTIVE)
-    definition = models.JSONField(help_text="The validated spec, as loaded.")
-    digest = models.CharField(max_length=64, editable=False)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        ordering = ["name", "-version"]
-        verbose_name = "workflow spec"
-        permissions = [("author_command_spec",
-                        "Can load specs that run commands or shell on the workers")]
-        constraints = [
-            models.UniqueConstraint(fields=["name", "version"], name="spec_name_version_unique"),
-            models.UniqueConstraint(
-                fields=["name"],
-                condition=Q(status=SpecStatus.ACTIVE),
-                name="spec_one_active_version",
-                violation_error_message="Only one version of a spec may be active.",
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.name} v{self.version}"
 
 
 class Run(models.Model):
@@ -541,336 +512,3 @@ class Checkpoint(models.Model):
 
     def delete(self, *args, **kwargs):
         raise TypeError("Checkpoints are append-only.")
-
-
-class ApiTokenManager(models.Manager):
-    def issue(self, user, name: str = "", *, actor=None) -> tuple[ApiToken, str]:
-        """Create a token; the raw value is returned once and only its hash is kept.
-
-        A person mints tokens for themselves only (a superuser for anyone): a token acts as
-        its user. The system (commands: `actor` None) may mint for anyone."""
-        import secrets
-
-        if actor is not None and actor.pk != user.pk and not actor.is_superuser:
-            raise PermissionDenied(f"{actor.get_username()} may mint API tokens only for "
-                                   "themselves.")
-
-        raw = "tg_" + secrets.token_urlsafe(32)
-        token = self.create(user=user, name=name or "API token", prefix=raw[:10],
-                            key_hash=ApiToken.hash(raw))
-        return token, raw
-
-
-class ApiToken(models.Model):
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
-                             related_name="api_tokens")
-    name = models.CharField(max_length=100)
-    prefix = models.CharField(max_length=12, editable=False)
-    key_hash = models.CharField(max_length=64, unique=True, editable=False)
-    created_at = models.DateTimeField(default=timezone.now)
-    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-
-    objects = ApiTokenManager()
-
-    class Meta:
-        ordering = ["-created_at"]
-        verbose_name = "API token"
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.prefix}…)"
-
-    def save(self, *args, **kwargs):
-        if self.pk and self.revoked_at is None and ApiToken.objects.filter(
-                pk=self.pk, revoked_at__isnull=False).exists():
-            raise ValidationError("A revoked token stays revoked; issue a new one.")
-        super().save(*args, **kwargs)
-
-    @staticmethod
-    def hash(raw: str) -> str:
-        import hashlib
-
-        return hashlib.sha256(raw.encode()).hexdigest()
-
-    @property
-    def is_active(self) -> bool:
-        return self.revoked_at is None
-
-
-class OverlapPolicy(models.TextChoices):
-    SKIP = "skip", "Skip while the previous run is open"
-    ALLOW = "allow", "Allow overlapping runs"
-
-
-class MissedPolicy(models.TextChoices):
-    RUN_ONCE = "run_once", "Run once for all missed slots"
-    SKIP = "skip", "Skip missed slots"
-
-
-class Schedule(models.Model):
-    name = models.CharField(max_length=100, unique=True)
-    spec_name = models.SlugField(max_length=100, help_text="Runs start the spec's active version.")
-    goal = models.ForeignKey("goals.Goal", null=True, blank=True, on_delete=models.SET_NULL)
-    cron = models.CharField(max_length=100, blank=True, help_text="e.g. '0 2 * * 1-5'")
-    interval_seconds = models.PositiveIntegerField(null=True, blank=True)
-    timezone = models.CharField(max_length=64, default="UTC")
-    enabled = models.BooleanField(default=True)
-    overlap = models.CharField(max_length=8, choices=OverlapPolicy, default=OverlapPolicy.SKIP)
-    missed = models.CharField(max_length=8, choices=MissedPolicy, default=MissedPolicy.RUN_ONCE)
-    shared_state = models.JSONField(default=dict, blank=True)
-    params = models.JSONField(default=dict, blank=True,
-                              help_text='Fixed values for the spec\'s params: {"env": "prod"}')
-    next_run_at = models.DateTimeField(null=True, blank=True)
-    missed_count = models.PositiveIntegerField(default=0, editable=False)
-    paused_reason = models.CharField(max_length=300, blank=True, editable=False,
-                                     help_text="Why the schedule paused itself, if it did.")
-    skipped_count = models.PositiveIntegerField(default=0, editable=False)
-    last_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL,
-                                 related_name="+", editable=False)
-    reuse = models.CharField(
-        max_length=8, choices=[("open", "open"), ("any", "any"), ("none", "none")],
-        default="open", db_default="open",
-        help_text="A slot's idempotency key already used (schedule:ID:SLOT, or by a start "
-                  "that named it): return its open run (open), its latest run (any), or skip "
-                  "the slot (none).")
-    created_at = models.DateTimeField(default=now)
-
-    class Meta:
-        ordering = ["name"]
-        indexes = [models.Index(fields=["next_run_at"], condition=Q(enabled=True),
-                                name="schedule_due_idx")]
-        constraints = [
-            models.CheckConstraint(
-                condition=(Q(cron="") & Q(interval_seconds__gte=1))
-                | (~Q(cron="") & Q(interval_seconds__isnull=True)),
-                name="schedule_cron_xor_interval",
-                violation_error_message="Give a cron expression or an interval, not both.",
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return self.name
-
-    def clean(self) -> None:
-        from django.core.exceptions import ValidationError
-
-        from .schedules import ScheduleError, validate_schedule
-
-        try:
-            validate_schedule(self)
-        except ScheduleError as exc:
-            raise ValidationError(str(exc)) from None
-
-
-class FireOutcome(models.TextChoices):
-    STARTED = "started"
-    SKIPPED = "skipped"
-    MISSED = "missed"
-    FAILED = "failed", "could not start"
-
-
-class ScheduleFire(models.Model):
-    """One slot of a schedule and what became of it: started (with its run), skipped,
-    missed or not started, with the reason. The database refuses to handle a slot twice."""
-
-    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="fires")
-    slot_at = models.DateTimeField()
-    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL,
-                            related_name="+")
-    outcome = models.CharField(max_length=8, choices=FireOutcome, default=FireOutcome.STARTED,
-                               db_default=FireOutcome.STARTED)
-    reason = models.CharField(max_length=300, blank=True, db_default="", default="")
-    at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        ordering = ["-slot_at"]
-        constraints = [models.UniqueConstraint(fields=["schedule", "slot_at"],
-                                               name="schedule_slot_once")]
-
-    def __str__(self) -> str:
-        return f"{self.schedule_id} @ {self.slot_at:%Y-%m-%d %H:%M}"
-
-
-class Notification(models.Model):
-    """One message per event per person; the unique key stops a retried task sending twice."""
-
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
-                             related_name="notifications")
-    key = models.CharField(max_length=200)
-    event = models.CharField(max_length=40)
-    run = models.ForeignKey(Run, null=True, on_delete=models.SET_NULL, related_name="+")
-    subject = models.CharField(max_length=300)
-    body = models.TextField()
-    created_at = models.DateTimeField(default=now)
-    sent_at = models.DateTimeField(null=True, blank=True)
-    error = models.TextField(blank=True)
-    # Sending: tried this often; the next try is due then (none: sent, or given up).
-    attempts = models.PositiveIntegerField(default=0, db_default=0)
-    next_attempt_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at"]
-        constraints = [models.UniqueConstraint(fields=["user", "key"],
-                                               name="notification_once_per_event_and_user")]
-        indexes = [models.Index(fields=["next_attempt_at"], name="mail_due_idx",
-                                condition=models.Q(sent_at__isnull=True))]
-
-    def __str__(self) -> str:
-        return f"{self.event} to {self.user_id}"
-
-
-class Webhook(models.Model):
-    """A URL that hears about a group's gates: waiting, decided, escalated (signed JSON)."""
-
-    group = models.CharField(max_length=150, help_text="The approver group whose gates it hears.")
-    url = models.URLField(max_length=500)
-    secret = models.CharField(max_length=200, help_text="Signs each post (HMAC-SHA256): the "
-                                                         "receiver checks X-Tollgate-Signature.")
-    active = models.BooleanField(default=True)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        ordering = ["group", "url"]
-        indexes = [models.Index(fields=["group"], condition=Q(active=True),
-                                name="webhook_active_group_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.group} → {self.url}"
-
-    def clean(self) -> None:
-        from workflows.delivery.addresses import RefusedAddress, resolve
-
-        try:
-            resolve(self.url)
-        except RefusedAddress as exc:
-            raise ValidationError({"url": f"Webhook URL {exc}."}) from None
-
-
-class DeliveryStatus(models.TextChoices):
-    PENDING = "pending"
-    DELIVERED = "delivered"
-    FAILED = "failed"
-
-
-class WebhookDelivery(models.Model):
-    """One event posted to one webhook: retried until the receiver answers 2xx or the
-    attempts run out, each attempt recorded. The unique key stops an event being planned
-    twice; a receiver dedupes with X-Tollgate-Delivery (a post may be repeated)."""
-
-    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
-    key = models.CharField(max_length=200)
-    event = models.CharField(max_length=40)
-    run = models.ForeignKey(Run, null=True, on_delete=models.SET_NULL, related_name="+")
-    payload = models.JSONField()
-    status = models.CharField(max_length=16, choices=DeliveryStatus,
-                              default=DeliveryStatus.PENDING)
-    attempts = models.PositiveIntegerField(default=0)
-    next_attempt_at = models.DateTimeField(default=timezone.now)
-    last_status_code = models.PositiveIntegerField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    delivered_at = models.DateTimeField(null=True, blank=True)
-    # When a doorbell for it was last put on the queue: one pending message per row.
-    rung_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-        verbose_name_plural = "webhook deliveries"
-        constraints = [models.UniqueConstraint(fields=["webhook", "key"],
-                                               name="webhook_delivery_once_per_event")]
-        indexes = [models.Index(fields=["next_attempt_at"], condition=Q(status="pending"),
-                                name="webhook_delivery_due_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.event} to {self.webhook_id} ({self.status})"
-
-
-class OutboxJob(models.TextChoices):
-    NOTIFY = "notify", "mail the people concerned"
-    WEBHOOKS = "webhooks", "post to the group's webhooks"
-    PARENT = "parent", "tell the parent run its child ended"
-    CHILDREN = "children", "cancel the run's open child runs"
-
-
-class OutboxMessage(models.Model):
-    """What a transition owes the outside world (mail, webhooks), written in the
-    transition's own transaction and delivered from here: a queue that is down, or a worker
-    that dies, loses none of it. Done once `done_at` is set; retried with backoff."""
-
-    # The checkpoint by its place in the run: the row is written before the checkpoint's.
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
-    seq = models.PositiveIntegerField()
-    job = models.CharField(max_length=16, choices=OutboxJob)
-    events = models.JSONField()  # [[event, step key], ...]
-    created_at = models.DateTimeField(default=timezone.now)
-    next_attempt_at = models.DateTimeField(default=timezone.now)
-    attempts = models.PositiveIntegerField(default=0)
-    rung_at = models.DateTimeField(null=True, blank=True)
-    done_at = models.DateTimeField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
-
-    class Meta:
-        ordering = ["created_at", "id"]
-        indexes = [models.Index(fields=["next_attempt_at"], condition=Q(done_at__isnull=True),
-                                name="outbox_due_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.job} for run {self.run_id} #{self.seq}"
-
-
-class Preference(models.Model):
-    """What a person sets for themselves: the time zone their pages show times in (empty:
-    the site's, TIME_ZONE)."""
-
-    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
-                                related_name="tollgate_preference")
-    time_zone = models.CharField(max_length=64, blank=True)
-
-    def __str__(self) -> str:
-        return f"{self.user}: {self.time_zone or 'site time zone'}"
-
-    def clean(self) -> None:
-        from zoneinfo import available_timezones
-
-        from django.core.exceptions import ValidationError
-
-        if self.time_zone and self.time_zone not in available_timezones():
-            raise ValidationError({"time_zone": f"Unknown time zone {self.time_zone!r}."})
-
-
-class Worker(models.Model):
-    """A consumer process as it last reported itself: who it is (the holder identity leases
-    record), when it started and was last seen, and what it held then."""
-
-    host = models.CharField(max_length=200)
-    boot_id = models.CharField(max_length=64, blank=True)
-    pidns = models.CharField(max_length=40, blank=True)
-    pid = models.PositiveIntegerField()
-    started = models.BigIntegerField(null=True, blank=True)  # the process's start time
-    first_seen = models.DateTimeField(default=timezone.now)
-    last_seen = models.DateTimeField(default=timezone.now)
-    holds = models.JSONField(default=list, blank=True)  # ["step:12", "compensation:3"]
-
-    class Meta:
-        ordering = ["-last_seen"]
-        constraints = [models.UniqueConstraint(
-            fields=["host", "boot_id", "pidns", "pid", "started"], name="worker_identity")]
-        indexes = [models.Index(fields=["-last_seen"], name="worker_last_seen_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.host} pid {self.pid}"
-
-
-class PeriodicRun(models.Model):
-    """The last run of each periodic task (sweeper, schedules, deadlines, outbox): an
-    operator sees that they run, and how long they take."""
-
-    name = models.CharField(max_length=100, unique=True)
-    last_started = models.DateTimeField()
-    last_finished = models.DateTimeField(null=True, blank=True)
-    last_seconds = models.FloatField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
-    runs = models.PositiveBigIntegerField(default=0)
-
-    def __str__(self) -> str:
-        return self.name

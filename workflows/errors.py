@@ -1,4 +1,5 @@
-"""What the engine raises: a transition that cannot happen now; nothing was changed."""
+"""What the engine and the services below it raise: a change that cannot happen now;
+nothing was changed. The web answers with each class's status code."""
 
 from __future__ import annotations
 

@@ -1,0 +1,54 @@
+"""The workflows models, by aggregate: specs, runs (steps, approvals, checkpoints),
+accounts, schedules, delivery and operations. Import them from here."""
+
+from .accounts import (  # noqa: F401
+    ApiToken,
+    ApiTokenManager,
+    Preference,
+)
+from .delivery import (  # noqa: F401
+    DeliveryStatus,
+    Notification,
+    OutboxJob,
+    OutboxMessage,
+    Webhook,
+    WebhookDelivery,
+)
+from .operations import (  # noqa: F401
+    PeriodicRun,
+    Worker,
+)
+from .runs import (  # noqa: F401
+    DONE_STEP_STATUSES,
+    OPEN_RUN_STATUSES,
+    OPEN_STEP_STATUSES,
+    STEP_FRONTIER,
+    TERMINAL_RUN_STATUSES,
+    UNDER_WAY_STEP_STATUSES,
+    Approval,
+    ApprovalQuerySet,
+    Checkpoint,
+    CheckpointKind,
+    CheckpointQuerySet,
+    Compensation,
+    CompensationStatus,
+    Decision,
+    GoalTally,
+    HeldByProcess,
+    Run,
+    RunStatus,
+    Step,
+    StepKind,
+    StepStatus,
+)
+from .schedules import (  # noqa: F401
+    FireOutcome,
+    MissedPolicy,
+    OverlapPolicy,
+    Schedule,
+    ScheduleFire,
+)
+from .specs import (  # noqa: F401
+    SpecStatus,
+    WorkflowSpec,
+)

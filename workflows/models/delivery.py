@@ -1,0 +1,139 @@
+"""What is owed the outside world: mail, webhooks and the outbox."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.timezone import now
+
+from .runs import Run
+
+
+class Notification(models.Model):
+    """One message per event per person; the unique key stops a retried task sending twice."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="notifications")
+    key = models.CharField(max_length=200)
+    event = models.CharField(max_length=40)
+    run = models.ForeignKey(Run, null=True, on_delete=models.SET_NULL, related_name="+")
+    subject = models.CharField(max_length=300)
+    body = models.TextField()
+    created_at = models.DateTimeField(default=now)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    # Sending: tried this often; the next try is due then (none: sent, or given up).
+    attempts = models.PositiveIntegerField(default=0, db_default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["user", "key"],
+                                               name="notification_once_per_event_and_user")]
+        indexes = [models.Index(fields=["next_attempt_at"], name="mail_due_idx",
+                                condition=models.Q(sent_at__isnull=True))]
+
+    def __str__(self) -> str:
+        return f"{self.event} to {self.user_id}"
+
+
+class Webhook(models.Model):
+    """A URL that hears about a group's gates: waiting, decided, escalated (signed JSON)."""
+
+    group = models.CharField(max_length=150, help_text="The approver group whose gates it hears.")
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=200, help_text="Signs each post (HMAC-SHA256): the "
+                                                         "receiver checks X-Tollgate-Signature.")
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["group", "url"]
+        indexes = [models.Index(fields=["group"], condition=Q(active=True),
+                                name="webhook_active_group_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.group} → {self.url}"
+
+    def clean(self) -> None:
+        from workflows.delivery.addresses import RefusedAddress, resolve
+
+        try:
+            resolve(self.url)
+        except RefusedAddress as exc:
+            raise ValidationError({"url": f"Webhook URL {exc}."}) from None
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+class WebhookDelivery(models.Model):
+    """One event posted to one webhook: retried until the receiver answers 2xx or the
+    attempts run out, each attempt recorded. The unique key stops an event being planned
+    twice; a receiver dedupes with X-Tollgate-Delivery (a post may be repeated)."""
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    key = models.CharField(max_length=200)
+    event = models.CharField(max_length=40)
+    run = models.ForeignKey(Run, null=True, on_delete=models.SET_NULL, related_name="+")
+    payload = models.JSONField()
+    status = models.CharField(max_length=16, choices=DeliveryStatus,
+                              default=DeliveryStatus.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_status_code = models.PositiveIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    # When a doorbell for it was last put on the queue: one pending message per row.
+    rung_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "webhook deliveries"
+        constraints = [models.UniqueConstraint(fields=["webhook", "key"],
+                                               name="webhook_delivery_once_per_event")]
+        indexes = [models.Index(fields=["next_attempt_at"], condition=Q(status="pending"),
+                                name="webhook_delivery_due_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.event} to {self.webhook_id} ({self.status})"
+
+
+class OutboxJob(models.TextChoices):
+    NOTIFY = "notify", "mail the people concerned"
+    WEBHOOKS = "webhooks", "post to the group's webhooks"
+    PARENT = "parent", "tell the parent run its child ended"
+    CHILDREN = "children", "cancel the run's open child runs"
+
+
+class OutboxMessage(models.Model):
+    """What a transition owes the outside world (mail, webhooks), written in the
+    transition's own transaction and delivered from here: a queue that is down, or a worker
+    that dies, loses none of it. Done once `done_at` is set; retried with backoff."""
+
+    # The checkpoint by its place in the run: the row is written before the checkpoint's.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    seq = models.PositiveIntegerField()
+    job = models.CharField(max_length=16, choices=OutboxJob)
+    events = models.JSONField()  # [[event, step key], ...]
+    created_at = models.DateTimeField(default=timezone.now)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    attempts = models.PositiveIntegerField(default=0)
+    rung_at = models.DateTimeField(null=True, blank=True)
+    done_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["next_attempt_at"], condition=Q(done_at__isnull=True),
+                                name="outbox_due_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.job} for run {self.run_id} #{self.seq}"
