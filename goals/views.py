@@ -6,11 +6,13 @@ from django.contrib.auth import get_user_model
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
+from tollgate.exports import csv_rows
 from tollgate.query import int_param
 from workflows.models import Run
 from workflows.permissions import readable_runs
 
 from .models import Goal, GoalStatus
+from .progress import progress_report
 from .rollup import family_rollups, rollups
 from .tree import ancestor_ids
 
@@ -90,10 +92,6 @@ def _bars(pairs, width: int = 240) -> list[dict]:
 @require_GET
 def progress(request, pk: int | None = None):
     from django.http import HttpResponse
-
-    from tollgate.exports import csv_rows
-
-    from .progress import progress_report
 
     root = get_object_or_404(Goal, pk=pk) if pk is not None else None
     report = progress_report(root, user=request.user)

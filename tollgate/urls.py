@@ -5,6 +5,10 @@ from django.http import HttpResponse
 from django.urls import include, path
 
 from tollgate import api
+from workflows.ops.metrics import scrape
+from workflows.ops.operations import readiness
+
+from .dbfaults import AWAY
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -31,8 +35,6 @@ def readyz(request):
     naming what failed. (/healthz stays the cheap liveness check.)"""
     import json
 
-    from workflows.ops.operations import readiness
-
     checks = readiness()
     ready = all(value == "ok" for value in checks.values())
     response = HttpResponse(json.dumps({"ready": ready, "checks": checks}),
@@ -54,8 +56,6 @@ def metrics(request):
 
     from django.conf import settings
     from prometheus_client import CONTENT_TYPE_LATEST
-
-    from workflows.ops.metrics import scrape
 
     token = settings.TOLLGATE_METRICS_TOKEN
     if token:
@@ -96,8 +96,6 @@ def server_error(request):
 
     from django.db import IntegrityError
     from django.views.defaults import server_error as plain
-
-    from .dbfaults import AWAY
 
     if isinstance(sys.exc_info()[1], AWAY):
         from django.db import connection

@@ -21,6 +21,7 @@ from .models import (
     WorkflowSpec,
 )
 from .permissions import can_change_specs, readable_runs, sees_every_run
+from .schedules import require_schedule_rights, save_schedule
 
 
 class SpecForm(forms.ModelForm):
@@ -90,8 +91,6 @@ class WorkflowSpecAdmin(admin.ModelAdmin):
         if self.has_change_permission(request, obj):
             return [*self.get_readonly_fields(request, obj), "definition"]
         return self.get_readonly_fields(request, obj)
-
-
 
     def get_object(self, request, object_id, from_field=None):
         obj = super().get_object(request, object_id, from_field)
@@ -269,7 +268,6 @@ class ScheduleForm(forms.ModelForm):
 
     def _post_clean(self):
         super()._post_clean()  # the instance now holds what was posted
-        from .schedules import require_schedule_rights
 
         try:
             require_schedule_rights(self.instance, actor=self.actor)
@@ -290,8 +288,6 @@ class ScheduleAdmin(admin.ModelAdmin):
         return form
 
     def save_model(self, request, obj, form, change):
-        from .schedules import save_schedule
-
         save_schedule(obj, actor=request.user)
 
     list_display = ["name", "spec_name", "cron", "interval_seconds", "timezone", "enabled",

@@ -12,8 +12,11 @@ from ninja import Body, Field, Path, Query, Router, Schema, Status
 from ninja.errors import HttpError
 
 from goals.models import Priority
+from tollgate.exports import csv_download
 from tollgate.query import MAX_ID
 from tollgate.schemas import Day, Error, Id, Input, Key
+from workflows.ops import operations
+from workflows.recovery import presence
 from workflows.recovery.recover import recover_run
 from workflows.specs.storage import set_spec_status, store_one_off, store_spec
 from workflows.specs.validation import SpecError
@@ -212,7 +215,6 @@ def checkpoint_out(c: Checkpoint, step_key: str | None = None) -> dict:
 def fresh_run(request, pk: int, *, reused: bool = False) -> dict:
     run = get_run(request, pk)
     return run_out(run, steps=list(run.steps.order_by("index")), reused=reused)
-
 
 
 class SpecSummary(Schema):
@@ -454,8 +456,6 @@ def add_steps(request, run_id: Id, payload: AddStepsIn):
 # CSV, not JSON: kept out of the OpenAPI document, which describes JSON answers.
 @router.get("/runs/{run_id}/audit.csv", include_in_schema=False)
 def run_audit_csv(request, run_id: Id):
-    from tollgate.exports import csv_download
-
     run = get_run(request, run_id)
     header, rows = selectors.audit_rows(selectors.run_audit(run))
     return csv_download(rows, header, f"run-{run.pk}-audit.csv")
@@ -499,9 +499,6 @@ class WorkersOut(Schema):
                     "it holds, and the periodic tasks' last runs (operators)")
 def list_workers(request):
     from django.utils import timezone as tz
-
-    from workflows.ops import operations
-    from workflows.recovery import presence
 
     engine.require_operator(request.user, "see the workers")
     now = tz.now()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from .models import OPEN_RUN_STATUSES, Approval, RunStatus, Step, StepStatus
+from .models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, StepStatus
 
 OPERATE = "workflows.operate_run"
 START = "workflows.add_run"
@@ -139,8 +139,6 @@ def sees_every_run(user) -> bool:
 def readable_runs(user, runs: QuerySet | None = None) -> QuerySet:
     """The runs this user may read (pages, outputs, params, state, audit, the API): all of
     them, or under "involved" those they requested or that have a gate for their group."""
-    from .models import Run
-
     runs = Run.objects.all() if runs is None else runs
     if sees_every_run(user):
         return runs

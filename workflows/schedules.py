@@ -17,7 +17,9 @@ from croniter import croniter
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from . import clock, engine
+from workflows.specs.storage import require_program_author
+
+from . import clock, engine, permissions
 from .models import (
     OPEN_RUN_STATUSES,
     FireOutcome,
@@ -40,9 +42,6 @@ def require_schedule_rights(schedule: Schedule, *, actor) -> None:
     """A schedule starts runs on its author's say: creating or enabling one (or changing
     what an enabled one starts) needs add_run, and author_command_spec when its spec runs
     programs. Disabling needs neither. The system (None or a name) may."""
-    from workflows.specs.storage import require_program_author
-
-    from . import permissions
 
     if not permissions.is_person(actor):
         return

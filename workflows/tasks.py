@@ -13,9 +13,14 @@ from huey import crontab
 from huey.consumer import Scheduler
 from huey.contrib.djhuey import db_periodic_task, db_task, on_startup, task
 
-from workflows.delivery import dispatch
+from goals.rollup import fold_tallies
+from workflows.delivery import dispatch, notifications, outbox, webhooks
+from workflows.ops import retention
 from workflows.recovery import presence, sweeper
 from workflows.workers import worker
+
+from . import deadlines, schedules
+from .models import WebhookDelivery
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +41,6 @@ def record_orphans() -> None:
     """A consumer starting on a machine records what one that died there had finished, and
     starts reporting itself (the workers page)."""
     from django.db import close_old_connections
-
-    from workflows.recovery import presence
 
     presence.start()
     try:
@@ -75,8 +78,6 @@ def sweep() -> None:
 
 @db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
 def start_scheduled_runs() -> None:
-    from . import schedules
-
     with presence.periodic("start_scheduled_runs"):
         report = schedules.tick()
     if report.started or report.skipped or report.missed:
@@ -86,16 +87,12 @@ def start_scheduled_runs() -> None:
 
 @db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
 def apply_gate_deadlines() -> None:
-    from . import deadlines
-
     with presence.periodic("apply_gate_deadlines"):
         deadlines.apply()
 
 
 @db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
 def fold_goal_tallies() -> None:
-    from goals.rollup import fold_tallies
-
     with presence.periodic("fold_goal_tallies"):
         fold_tallies()
 
@@ -103,16 +100,12 @@ def fold_goal_tallies() -> None:
 @db_task()
 def deliver_outbox(message_id: int) -> None:
     """A doorbell for an outbox message: mail or webhooks a transition owes."""
-    from workflows.delivery import outbox
-
     outbox.deliver(message_id)
 
 
 @db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
 def ring_due_outbox() -> None:
     """Ring again for outbox messages whose doorbell was lost or whose retry is due."""
-    from workflows.delivery import dispatch, outbox
-
     with presence.periodic("ring_due_outbox"):
         due = outbox.due_to_ring()
         for message_id in due:
@@ -122,18 +115,12 @@ def ring_due_outbox() -> None:
 @db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
 def send_due_mail() -> None:
     """Send again the mails the mail server did not take (down, refusing) when due."""
-    from workflows.delivery import notifications
-
     with presence.periodic("send_due_mail"):
         notifications.send_due()
 
 
 @db_task()
 def deliver_webhook(delivery_id: int) -> None:
-    from workflows.delivery import dispatch, webhooks
-
-    from .models import WebhookDelivery
-
     if webhooks.deliver(delivery_id) == "pending":  # refused or unreachable: try again later
         retry_at = (WebhookDelivery.objects.filter(pk=delivery_id)
                     .values_list("next_attempt_at", flat=True).first())
@@ -146,8 +133,6 @@ def deliver_webhook(delivery_id: int) -> None:
 def deliver_due_webhooks() -> None:
     """Ring again for deliveries whose attempt is due and whose doorbell was lost (each
     marked rung by whoever takes it: one pending doorbell per delivery)."""
-    from workflows.delivery import dispatch, webhooks
-
     with presence.periodic("deliver_due_webhooks"):
         due = webhooks.due_to_ring()
         for delivery_id in due:
@@ -157,8 +142,6 @@ def deliver_due_webhooks() -> None:
 @db_periodic_task(crontab(minute="17"), priority=PERIODIC_PRIORITY)
 def prune_old_records() -> None:
     """Hourly: delete the records past their retention (TOLLGATE_KEEP_*_DAYS)."""
-    from workflows.ops import retention
-
     with presence.periodic("prune_old_records"):
         pruned = retention.prune_records()
     if any(pruned.values()):

@@ -11,6 +11,8 @@ from django.contrib.auth.signals import user_logged_in
 from django.dispatch import receiver
 from django.utils import timezone
 
+from .models import Preference
+
 SESSION_KEY = "tollgate_tz"
 
 
@@ -35,8 +37,6 @@ def remember(request, name: str) -> None:
 
 @receiver(user_logged_in)
 def on_sign_in(sender, request, user, **kwargs):
-    from .models import Preference
-
     if request is not None and hasattr(request, "session"):
         remember(request, Preference.objects.filter(user=user)
                  .values_list("time_zone", flat=True).first() or "")

@@ -409,7 +409,6 @@ class TestSearch:
 
         from django.utils import timezone
 
-        from workflows import selectors
         from workflows.models import Run
 
         nightly = runs[0]
@@ -605,7 +604,7 @@ class TestLiveInbox:
 
     def test_the_inbox_shows_the_oldest_gates_up_to_its_limit(self, client, waiting, people,
                                                              release_spec, monkeypatch):
-        monkeypatch.setattr(selectors, "INBOX_LIMIT", 2)
+        monkeypatch.setattr(cards, "INBOX_LIMIT", 2)
         for _ in range(2):
             run = engine.open_run(release_spec, actor=people["alice"]).run
             engine.start_step(run, "build")

@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from workflows import clock, engine
+from workflows.delivery import dispatch, notifications, webhooks
 from workflows.engine import Announcement
 from workflows.models import Checkpoint, CheckpointKind, OutboxJob, OutboxMessage, StepStatus
 
@@ -74,8 +75,6 @@ def record(sender, announcement: Announcement, **kwargs) -> None:
 def deliver(message_id: int, now=None) -> str:
     """Deliver one message if it is due (claimed first: two workers never run it at once).
     Returns "done", "retrying", or "not due"."""
-    from workflows.delivery import dispatch, notifications, webhooks
-
     now = now or clock.now()
     claimed = OutboxMessage.objects.filter(pk=message_id, done_at__isnull=True,
                                            next_attempt_at__lte=now).update(

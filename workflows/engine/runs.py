@@ -10,6 +10,8 @@ from django.db.models import Q
 
 from goals.models import Goal, Priority
 from workflows.specs.params import FieldErrors, coerce
+from workflows.specs.storage import require_program_author
+from workflows.specs.validation import SpecError, check_grants, masked, validate_step
 
 from .. import clock, permissions
 from ..errors import IllegalTransition, InvalidInput, NotFound, NotPermitted
@@ -299,9 +301,6 @@ def add_steps(run, items, *, actor=None) -> list[Checkpoint]:
     Added steps are authorised like a spec that contains them: steps or compensations that
     run programs need author_command_spec; only an operator adds a gate, and an added gate
     never allows self-approval. A run holds at most TOLLGATE_MAX_STEPS_PER_RUN steps."""
-    from workflows.specs.storage import require_program_author
-    from workflows.specs.validation import SpecError, check_grants, masked, validate_step
-
     if not isinstance(items, list) or not items:
         raise InvalidInput("steps must be a non-empty list of steps.")
     cap = settings.TOLLGATE_MAX_STEPS_PER_RUN

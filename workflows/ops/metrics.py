@@ -25,6 +25,7 @@ from workflows.models import (
     StepStatus,
     WebhookDelivery,
 )
+from workflows.recovery.presence import sweeper_late
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,6 @@ class DatabaseState:
                 took.add_metric([run.name], run.last_seconds)
         yield last
         yield took
-        from workflows.recovery.presence import sweeper_late
 
         yield GaugeMetricFamily("tollgate_sweeper_late",
                                 "1 when no sweep has finished for three periods",

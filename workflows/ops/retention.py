@@ -36,6 +36,7 @@ from workflows.models import (
     WebhookDelivery,
     Worker,
 )
+from workflows.selectors import run_audit
 
 BATCH = 1000
 
@@ -88,8 +89,6 @@ def finished_runs(older_than_days: float, now=None):
 def prune_runs(older_than_days: float, out, *, batch: int = 200, now=None) -> int:
     """Export (JSON lines to `out`, a text file) then delete the finished runs older than
     this, `batch` runs to a transaction. Returns how many runs were deleted."""
-    from workflows.selectors import run_audit
-
     deleted = 0
     candidates = finished_runs(older_than_days, now)
     while True:

@@ -16,6 +16,7 @@ from django.db.models import F
 
 from workflows import clock, processes
 from workflows.models import PeriodicRun, Worker
+from workflows.workers.worker import KEEPER
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +38,6 @@ def report(holds: list[str]) -> None:
 
 
 def _beat() -> None:
-    from workflows.workers.worker import KEEPER
-
     while True:
         try:
             with KEEPER.lock:

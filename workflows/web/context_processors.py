@@ -1,13 +1,14 @@
 import functools
 
+from workflows.permissions import can_export_audit
+from workflows.selectors import inbox_count
+
 
 def inbox(request):
     """The count of gates waiting on the signed-in user, for the navigation."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {}
-    from workflows.permissions import can_export_audit
-    from workflows.selectors import inbox_count
 
     # Read once per response, however many places show it.
     return {"inbox_count": functools.cache(lambda: inbox_count(user)),

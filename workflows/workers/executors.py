@@ -20,7 +20,7 @@ from django.conf import settings
 from workflows.specs import grants
 from workflows.specs.params import env_name
 from workflows.specs.validation import allowed_callable
-from workflows.specs.values import fill
+from workflows.specs.values import BadValue, check_json, fill
 from workflows.workers import accounts, agents, redaction, spool
 
 REDACTED = redaction.REDACTED
@@ -390,7 +390,6 @@ def read_patch(path: Path) -> tuple[dict, str]:
         return {}, f"State patch file is not valid JSON: {exc}"
     if not isinstance(patch, dict):
         return {}, "State patch file must hold a JSON object"
-    from workflows.specs.values import BadValue, check_json
 
     try:
         check_json(patch, "state patch")

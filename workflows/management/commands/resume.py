@@ -3,6 +3,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from workflows import engine, selectors
+from workflows.models import Run
 from workflows.selectors import resume_state
 
 
@@ -31,8 +32,6 @@ class Command(BaseCommand):
             raise CommandError("--timeline: give how many checkpoints, 1 or more.")
         checkpoints = []
         if options["timeline"]:
-            from workflows.models import Run
-
             checkpoints = selectors.timeline(
                 Run.objects.get(pk=int(options["run"])), after=options["after"],
                 before=options["before"], newest_first=not options["oldest"],

@@ -1,7 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from goals.models import Goal
 from workflows import selectors
-from workflows.models import RunStatus
+from workflows.models import RunStatus, WorkflowSpec
 
 
 class Command(BaseCommand):
@@ -18,9 +19,6 @@ class Command(BaseCommand):
         parser.add_argument("--limit", type=int, default=50)
 
     def handle(self, *args, **options):
-        from goals.models import Goal
-        from workflows.models import WorkflowSpec
-
         if options["spec"] and not WorkflowSpec.objects.filter(name=options["spec"]).exists():
             raise CommandError(f"No spec named {options['spec']!r}.")
         if options["goal"] is not None and not Goal.objects.filter(pk=options["goal"]).exists():
