@@ -280,7 +280,7 @@ class TestQueryCounts:
 
     def test_long_timeline_shows_latest_and_offers_all(self, client, release_spec, people,
                                                        settings, monkeypatch):
-        monkeypatch.setattr("workflows.web.views.TIMELINE_LATEST", 10)
+        monkeypatch.setattr("workflows.web.views.runs.TIMELINE_LATEST", 10)
         as_user(client, people["bob"])
         run = engine.open_run(waiting_spec()).run
         engine.record_transition(run, "agent", step_status="running")
@@ -292,7 +292,7 @@ class TestQueryCounts:
         assert "progress 5<" in body and "Show all" not in body
 
     def test_load_older_pages_back_through_the_timeline(self, client, people, monkeypatch):
-        monkeypatch.setattr("workflows.web.views.TIMELINE_LATEST", 10)
+        monkeypatch.setattr("workflows.web.views.runs.TIMELINE_LATEST", 10)
         as_user(client, people["bob"])
         run = engine.open_run(waiting_spec()).run
         engine.record_transition(run, "agent", step_status="running")

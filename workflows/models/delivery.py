@@ -9,6 +9,8 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.timezone import now
 
+from workflows.delivery.addresses import RefusedAddress, resolve
+
 from .runs import Run
 
 
@@ -59,8 +61,6 @@ class Webhook(models.Model):
         return f"{self.group} → {self.url}"
 
     def clean(self) -> None:
-        from workflows.delivery.addresses import RefusedAddress, resolve
-
         try:
             resolve(self.url)
         except RefusedAddress as exc:

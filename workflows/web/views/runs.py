@@ -1,26 +1,19 @@
-"""Pages for runs and the inbox. Thin: reading goes through selectors, writing through the engine.
-
-Every button is a real form post. Without JavaScript it redirects back; with htmx the same view
-answers with the fragment to swap, taken from the page template's partials.
-"""
+"""The run pages: the list, one run with its steps and timeline, and its buttons (decide,
+retry, skip, cancel, recover), each a real form post answered with a fragment for htmx."""
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.contrib import messages
-from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, HttpResponseForbidden, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
-from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from tollgate.exports import csv_download
-from tollgate.query import int_param, whole_number
-from workflows import engine, permissions, selectors, timezones
-from workflows.delivery import links
+from tollgate.query import int_param
+from workflows import engine, permissions, selectors
 from workflows.models import (
     OPEN_RUN_STATUSES,
     Approval,
@@ -33,17 +26,15 @@ from workflows.models import (
 from workflows.permissions import (
     can_cancel,
     can_decide,
-    can_export_audit,
     can_operate,
     can_retry,
     can_skip,
     decidable_by,
-    decide_refusal,
     readable_runs,
 )
 from workflows.recovery.recover import recover_run
 from workflows.web import cards
-from workflows.web.forms import StartRunForm, gate_form, posted_values
+from workflows.web.forms import gate_form, posted_values
 
 
 def _dag_order(steps: list) -> list:
@@ -178,123 +169,6 @@ def run_list(request):
     })
 
 
-@require_GET
-def inbox(request):
-    if request.htmx and "poll" in request.GET:
-        return _inbox_update(request)
-    template = "workflows/inbox.html"
-    if request.htmx:
-        template += "#gates"
-    return render(request, template, {"gates": cards.inbox_gates(request.user),
-                                      "inbox_limit": cards.INBOX_LIMIT})
-
-
-def _inbox_update(request):
-    """What changed since the open inbox's last look, as out-of-band swaps around the cards
-    it has (each sends "id:version"): new gates are added, changed quorum lines replaced,
-    gates that no longer wait on this user turn into their decided state. A card a person
-    is typing in is never replaced while it waits; nothing changed is a 204, found from the
-    gates' versions alone (no card is built for it)."""
-    have = {}
-    for item in request.GET.getlist("have")[:500]:
-        pk, _, version = item.partition(":")
-        if (gate_id := whole_number(pk)) is not None:
-            have[gate_id] = version
-    current = cards.inbox_versions(request.user)
-    left_ids = [pk for pk in have if pk not in current]
-    if not left_ids and all(have.get(pk) == version for pk, version in current.items()):
-        return HttpResponse(status=204)
-    gates = cards.inbox_gates(request.user)
-    arrived = [gate for gate in gates if gate.pk not in have]
-    changed = [gate for gate in gates if gate.pk in have and have[gate.pk] != gate.version]
-    left = cards.gates_left(request.user, left_ids)
-    if not (arrived or changed or left):
-        return HttpResponse(status=204)
-    return render(request, "workflows/inbox.html#inbox-update",
-                  {"gates": gates, "arrived": arrived, "changed": changed, "left": left})
-
-
-@require_POST
-def inbox_bulk(request):
-    """Approve or reject the ticked gates with one comment (engine.decide_many); a gate that
-    could not be decided says why in its own card, in the error style."""
-    picked = [pk for pk in map(whole_number, request.POST.getlist("gate")) if pk is not None]
-    done, refused, problem = [], {}, ""
-    if not picked:
-        problem = "Tick the gates to decide first."
-    else:
-        try:
-            decided, refused = engine.decide_many(
-                picked, user=request.user, decision=request.POST.get("decision", ""),
-                comment=request.POST.get("comment", ""))
-            verb = "approved" if request.POST.get("decision") == "approve" else "rejected"
-            done = [f"You {verb} {gate.title} ({gate.run})." for gate in decided]
-        except engine.WorkflowError as exc:
-            problem = str(exc)
-    gates = cards.inbox_gates(request.user)
-    for gate in gates:
-        gate.notice = refused.get(gate.pk, "")
-    waiting = {gate.pk for gate in gates}
-    # Refused gates that no longer wait on this user keep a card of their own, saying why.
-    refused_cards = cards.gates_left(request.user, [pk for pk in refused
-                                                        if pk not in waiting])
-    for gate in refused_cards:
-        gate.notice = refused[gate.pk]
-    context = {"gates": gates, "bulk_done": done, "bulk_problem": problem,
-               "refused_cards": refused_cards}
-    if request.htmx:
-        return render(request, "workflows/inbox.html#gates", context)
-    for line in done:
-        messages.info(request, line)
-    for gate in [*gates, *refused_cards]:
-        if gate.notice:
-            messages.error(request, f"{gate.title} ({gate.run}): {gate.notice}")
-    if problem:
-        messages.error(request, problem)
-    return redirect("inbox")
-
-
-@require_GET
-def decide(request, token: str):
-    """The page a signed decision link opens (after sign-in): the gate with its evidence
-    and the Approve and Reject buttons. Opening it changes nothing; the link works only for
-    the person it was sent to, and only while that attempt of the gate waits."""
-    try:
-        link = links.read(token)
-    except links.BadLink as exc:
-        return render(request, "workflows/decide.html", {"problem": str(exc)}, status=400)
-    if link.user_id != request.user.pk:
-        return render(request, "workflows/decide.html", {
-            "problem": "This link was sent to another person: sign in as them to use it, "
-                       "or find the gate in your own inbox."}, status=403)
-    gate = (Step.objects.select_related("run", "run__goal", "run__requested_by")
-            .filter(pk=link.step_id, kind="approval").first())
-    if gate is None:
-        return render(request, "workflows/decide.html",
-                      {"problem": "This gate no longer exists."}, status=404)
-    if gate.attempt != link.attempt or gate.status != StepStatus.WAITING_APPROVAL:
-        return render(request, "workflows/decide.html", {
-            "run": gate.run, "problem": f"This link no longer works: {gate.title} was decided "
-                                        "or has started again since it was sent."}, status=410)
-    decided = Approval.objects.filter(step=gate, attempt=gate.attempt, user=request.user)
-    refusal = ("You have already decided this gate." if decided.exists()
-               else decide_refusal(request.user, gate.run, gate))
-    if refusal:
-        return render(request, "workflows/decide.html", {"run": gate.run, "problem": refusal},
-                      status=403)
-    cards.gate_evidence([gate])
-    return render(request, "workflows/decide.html", {"gate": gate})
-
-
-@require_GET
-def my_decisions(request):
-    """What the signed-in user approved or rejected, newest first."""
-    decisions = (Approval.objects.filter(user=request.user)
-                 .select_related("step", "step__run").order_by("-at", "-pk"))
-    page = Paginator(decisions, 50).get_page(request.GET.get("page"))
-    return render(request, "workflows/my_decisions.html", {"page": page})
-
-
 def _back(request, run: Run) -> str:
     target = request.POST.get("next", "")
     if url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure()):
@@ -401,96 +275,6 @@ def run_recover(request, pk: int):
     return _respond(request, run.pk, done=done)
 
 
-@never_cache  # the page shows a new token once: no cache may keep it
-@require_http_methods(["GET", "POST"])
-def profile(request):
-    """Your API tokens (create one, shown once, or revoke one) and your time zone."""
-    from workflows.models import ApiToken, Preference
-
-    new_token = None
-    preference = Preference.objects.filter(user=request.user).first() or Preference(
-        user=request.user)
-    if request.method == "POST" and "time_zone" in request.POST:
-        preference.time_zone = request.POST["time_zone"].strip()[:64]
-        try:
-            preference.full_clean()
-        except ValidationError as exc:
-            messages.error(request, "; ".join(exc.messages))
-        else:
-            preference.save()
-            timezones.remember(request, preference.time_zone)
-            messages.success(request, f"Times now show in {preference.time_zone or 'the '
-                                                          'site time zone'}.")
-            return redirect("profile")
-    elif request.method == "POST":
-        name = request.POST.get("name", "").replace("\x00", "").strip()[:100] or "API token"
-        _, new_token = ApiToken.objects.issue(request.user, name, actor=request.user)
-    tokens = ApiToken.objects.filter(user=request.user)
-    return render(request, "workflows/profile.html", {
-        "tokens": tokens, "new_token": new_token, "preference": preference,
-        "zones": timezones.choices(), "site_zone": settings.TIME_ZONE})
-
-
-@require_POST
-def token_revoke(request, pk: int):
-    from django.utils import timezone
-
-    from workflows.models import ApiToken
-
-    token = get_object_or_404(ApiToken, pk=pk, user=request.user)
-    if token.revoked_at is None:
-        token.revoked_at = timezone.now()
-        token.save(update_fields=["revoked_at"])
-        messages.success(request, f"Token {token} revoked.")
-    return redirect("profile")
-
-
-@require_GET
-def spec_list(request):
-    """The active specs, with Start run for those who may start runs."""
-    return render(request, "workflows/spec_list.html", {
-        "specs": selectors.active_specs(),
-        "can_start": request.user.has_perm("workflows.add_run")})
-
-
-@require_http_methods(["GET", "POST"])
-def start_run(request, name: str):
-    """A form built from the spec's params; submitting opens the run page."""
-    spec = get_object_or_404(WorkflowSpec, name=name, status="active")
-    if not permissions.has(request.user, permissions.START):
-        return HttpResponseForbidden("Starting runs needs the workflows.add_run permission; "
-                                     "ask an administrator.")
-    params = spec.definition.get("params", [])
-    form = StartRunForm(request.POST or None, params=params)
-    error = ""
-    if request.method == "POST" and form.is_valid():
-        try:
-            opened = engine.open_run(
-                spec, actor=request.user, goal=form.cleaned_data["goal"],
-                title=form.cleaned_data["title"], params=form.param_values(),
-                idempotency_key=form.cleaned_data["idempotency_key"])
-        except engine.WorkflowError as exc:
-            placed = False
-            for field, problem in getattr(exc, "errors", {}).items():
-                if f"param_{field}" in form.fields:
-                    form.add_error(f"param_{field}", problem)
-                    placed = True
-            # Field problems show beside their fields; the banner only says so.
-            error = "Some values need fixing: see below." if placed else str(exc)
-            status = exc.status_code
-        else:
-            if opened.reused:
-                messages.info(request, f"That idempotency key already started run "
-                                       f"#{opened.run.pk}; here it is.")
-            return redirect(opened.run.get_absolute_url())
-    elif request.method == "POST":
-        status = 400
-    else:
-        status = 200
-    return render(request, "workflows/start_run.html",
-                  {"spec": spec, "form": form, "error": error}, status=status)
-
-
 @require_GET
 def run_audit(request, pk: int):
     """A run's timeline and decisions, as JSON or CSV (`?format=csv`)."""
@@ -502,58 +286,3 @@ def run_audit(request, pk: int):
     response = JsonResponse(audit, json_dumps_params={"indent": 2})
     response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-audit.json"'
     return response
-
-
-@require_GET
-def workers(request):
-    """Operators: every consumer seen, alive, gone or silent, what each holds; the periodic
-    tasks' last runs; a warning when no sweep has run for three periods."""
-    from workflows.ops import operations
-    from workflows.recovery import presence
-
-    if not (can_operate(request.user) or request.user.is_staff):
-        return HttpResponseForbidden("The workers page is for operators.")
-    now = timezone.now()
-    return render(request, "workflows/workers.html", {
-        "workers": operations.workers(now), "periodic": operations.periodic_runs(),
-        "sweeper_late": presence.sweeper_late(now), "window": "day"})
-
-
-@require_GET
-def dev_mail(request):
-    """With DEBUG only: the mail Tollgate sent, newest first, links whole and clickable."""
-    from workflows.models import Notification
-
-    if not settings.DEBUG:
-        raise Http404("The development mail page exists with DEBUG only.")
-    mails = Notification.objects.select_related("user").order_by("-created_at")
-    if not request.user.is_staff:  # each person their own mail; all of it to staff
-        mails = mails.filter(user=request.user)
-    return render(request, "workflows/dev_mail.html", {"mails": mails[:100]})
-
-
-@require_GET
-def gates_due(request):
-    """For managers (staff and export_audit, as the audit): per group, the gates overdue,
-    due within a day, and escalated."""
-    if not can_export_audit(request.user):
-        return HttpResponseForbidden("The deadlines view is for managers (staff or the "
-                                     "export_audit permission).")
-    return render(request, "workflows/gates_due.html",
-                  {"groups": cards.due_gates(timezone.now())})
-
-
-@require_GET
-def audit(request):
-    """Every decision in a date range, streamed as CSV (staff and managers)."""
-    if not can_export_audit(request.user):
-        return HttpResponseForbidden("Exporting the audit trail needs staff or the "
-                                     "export_audit permission.")
-    start = selectors.parse_day(request.GET.get("from", ""))
-    end = selectors.parse_day(request.GET.get("to", ""))
-    if request.GET.get("format") != "csv":
-        return render(request, "workflows/audit.html", {
-            "start": start, "end": end, "count": selectors.decisions(start, end).count()})
-    rows = ([d[k] for k in selectors.DECISION_COLUMNS]
-            for d in selectors.decision_rows(selectors.decisions(start, end)))
-    return csv_download(rows, selectors.DECISION_COLUMNS, "tollgate-decisions.csv")

@@ -1,0 +1,140 @@
+"""The inbox: the gates waiting on you (live), deciding several at once, a mailed decision
+link's page, and what you decided."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from tollgate.query import whole_number
+from workflows import engine
+from workflows.delivery import links
+from workflows.models import (
+    Approval,
+    Step,
+    StepStatus,
+)
+from workflows.permissions import (
+    decide_refusal,
+)
+from workflows.web import cards
+
+
+@require_GET
+def inbox(request):
+    if request.htmx and "poll" in request.GET:
+        return _inbox_update(request)
+    template = "workflows/inbox.html"
+    if request.htmx:
+        template += "#gates"
+    return render(request, template, {"gates": cards.inbox_gates(request.user),
+                                      "inbox_limit": cards.INBOX_LIMIT})
+
+
+def _inbox_update(request):
+    """What changed since the open inbox's last look, as out-of-band swaps around the cards
+    it has (each sends "id:version"): new gates are added, changed quorum lines replaced,
+    gates that no longer wait on this user turn into their decided state. A card a person
+    is typing in is never replaced while it waits; nothing changed is a 204, found from the
+    gates' versions alone (no card is built for it)."""
+    have = {}
+    for item in request.GET.getlist("have")[:500]:
+        pk, _, version = item.partition(":")
+        if (gate_id := whole_number(pk)) is not None:
+            have[gate_id] = version
+    current = cards.inbox_versions(request.user)
+    left_ids = [pk for pk in have if pk not in current]
+    if not left_ids and all(have.get(pk) == version for pk, version in current.items()):
+        return HttpResponse(status=204)
+    gates = cards.inbox_gates(request.user)
+    arrived = [gate for gate in gates if gate.pk not in have]
+    changed = [gate for gate in gates if gate.pk in have and have[gate.pk] != gate.version]
+    left = cards.gates_left(request.user, left_ids)
+    if not (arrived or changed or left):
+        return HttpResponse(status=204)
+    return render(request, "workflows/inbox.html#inbox-update",
+                  {"gates": gates, "arrived": arrived, "changed": changed, "left": left})
+
+
+@require_POST
+def inbox_bulk(request):
+    """Approve or reject the ticked gates with one comment (engine.decide_many); a gate that
+    could not be decided says why in its own card, in the error style."""
+    picked = [pk for pk in map(whole_number, request.POST.getlist("gate")) if pk is not None]
+    done, refused, problem = [], {}, ""
+    if not picked:
+        problem = "Tick the gates to decide first."
+    else:
+        try:
+            decided, refused = engine.decide_many(
+                picked, user=request.user, decision=request.POST.get("decision", ""),
+                comment=request.POST.get("comment", ""))
+            verb = "approved" if request.POST.get("decision") == "approve" else "rejected"
+            done = [f"You {verb} {gate.title} ({gate.run})." for gate in decided]
+        except engine.WorkflowError as exc:
+            problem = str(exc)
+    gates = cards.inbox_gates(request.user)
+    for gate in gates:
+        gate.notice = refused.get(gate.pk, "")
+    waiting = {gate.pk for gate in gates}
+    # Refused gates that no longer wait on this user keep a card of their own, saying why.
+    refused_cards = cards.gates_left(request.user, [pk for pk in refused
+                                                        if pk not in waiting])
+    for gate in refused_cards:
+        gate.notice = refused[gate.pk]
+    context = {"gates": gates, "bulk_done": done, "bulk_problem": problem,
+               "refused_cards": refused_cards}
+    if request.htmx:
+        return render(request, "workflows/inbox.html#gates", context)
+    for line in done:
+        messages.info(request, line)
+    for gate in [*gates, *refused_cards]:
+        if gate.notice:
+            messages.error(request, f"{gate.title} ({gate.run}): {gate.notice}")
+    if problem:
+        messages.error(request, problem)
+    return redirect("inbox")
+
+
+@require_GET
+def decide(request, token: str):
+    """The page a signed decision link opens (after sign-in): the gate with its evidence
+    and the Approve and Reject buttons. Opening it changes nothing; the link works only for
+    the person it was sent to, and only while that attempt of the gate waits."""
+    try:
+        link = links.read(token)
+    except links.BadLink as exc:
+        return render(request, "workflows/decide.html", {"problem": str(exc)}, status=400)
+    if link.user_id != request.user.pk:
+        return render(request, "workflows/decide.html", {
+            "problem": "This link was sent to another person: sign in as them to use it, "
+                       "or find the gate in your own inbox."}, status=403)
+    gate = (Step.objects.select_related("run", "run__goal", "run__requested_by")
+            .filter(pk=link.step_id, kind="approval").first())
+    if gate is None:
+        return render(request, "workflows/decide.html",
+                      {"problem": "This gate no longer exists."}, status=404)
+    if gate.attempt != link.attempt or gate.status != StepStatus.WAITING_APPROVAL:
+        return render(request, "workflows/decide.html", {
+            "run": gate.run, "problem": f"This link no longer works: {gate.title} was decided "
+                                        "or has started again since it was sent."}, status=410)
+    decided = Approval.objects.filter(step=gate, attempt=gate.attempt, user=request.user)
+    refusal = ("You have already decided this gate." if decided.exists()
+               else decide_refusal(request.user, gate.run, gate))
+    if refusal:
+        return render(request, "workflows/decide.html", {"run": gate.run, "problem": refusal},
+                      status=403)
+    cards.gate_evidence([gate])
+    return render(request, "workflows/decide.html", {"gate": gate})
+
+
+@require_GET
+def my_decisions(request):
+    """What the signed-in user approved or rejected, newest first."""
+    decisions = (Approval.objects.filter(user=request.user)
+                 .select_related("step", "step__run").order_by("-at", "-pk"))
+    page = Paginator(decisions, 50).get_page(request.GET.get("page"))
+    return render(request, "workflows/my_decisions.html", {"page": page})
