@@ -25,7 +25,7 @@ from ninja.security import HttpBearer, SessionAuth
 from goals.api import router as goals_router
 from goals.services import OpenRuns
 from tollgate import dbfaults
-from workflows.api import router as workflows_router
+from workflows.api import runs, specs, steps, workers
 from workflows.engine import WorkflowError
 from workflows.models import ApiToken
 from workflows.specs.values import BadValue, check_json
@@ -75,7 +75,17 @@ def _refuse_constant(name: str):
     raise BadValue(f"body: {name} is not a JSON number; send a finite number or null.")
 
 
-api = NinjaAPI(title="Tollgate API", version="1", auth=[TokenAuth(), BrowserSession()],
+class TollgateAPI(NinjaAPI):
+    def get_openapi_operation_id(self, operation) -> str:
+        """The ids scripts generated clients from: the workflows routers were one module,
+        `workflows.api`, when they were published, and keep its ids."""
+        module = operation.view_func.__module__
+        if module.startswith("workflows.api."):
+            module = "workflows.api"
+        return f"{module}_{operation.view_func.__name__}".replace(".", "_")
+
+
+api = TollgateAPI(title="Tollgate API", version="1", auth=[TokenAuth(), BrowserSession()],
                urls_namespace="api", parser=StrictJson(),
                description="Start runs, report progress, decide gates and read timelines.")
 
@@ -187,7 +197,8 @@ def on_data_error(request, exc):
     return error(request, "A value is out of range or has characters the database refuses.", 400)
 
 
-api.add_router("/", workflows_router)
+for router in (specs.router, runs.router, steps.router, workers.router):
+    api.add_router("/", router)
 api.add_router("/", goals_router)
 
 

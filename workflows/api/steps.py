@@ -1,0 +1,62 @@
+"""A run's steps: approve, reject, retry, skip. Every write goes through the engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ninja import Field, Router
+
+from tollgate.schemas import Error, Id, Input, Key
+from workflows import engine
+from workflows.api.schemas import RunOut, fresh_run, get_run
+
+router = Router(tags=["workflows"])
+
+
+class SkipIn(Input):
+    reason: str = Field(min_length=1, max_length=500)
+
+
+class DecisionIn(Input):
+    comment: str = Field("", max_length=5000)
+
+
+class RejectIn(Input):
+    comment: str = Field(min_length=1, max_length=5000, description="why: required to reject")
+
+
+class ApproveIn(DecisionIn):
+    values: dict[str, Any] | None = Field(
+        None, description="the gate's form (approval.form), filled in: field name: value")
+
+
+DECIDE = {200: RunOut, 400: Error, 401: Error, 403: Error, 404: Error, 409: Error}
+
+
+@router.post("/runs/{run_id}/steps/{key}/approve", response=DECIDE,
+             summary="Approve a gate (with its form's values, if it has a form)")
+def approve(request, run_id: Id, key: Key, payload: ApproveIn | None = None):
+    engine.approve(get_run(request, run_id), key, user=request.user,
+                   comment=payload.comment if payload else "",
+                   values=payload.values if payload else None)
+    return fresh_run(request, run_id)
+
+
+@router.post("/runs/{run_id}/steps/{key}/reject", response=DECIDE,
+          summary="Reject a gate (a comment is required)")
+def reject(request, run_id: Id, key: Key, payload: RejectIn):
+    engine.reject(get_run(request, run_id), key, user=request.user, comment=payload.comment)
+    return fresh_run(request, run_id)
+
+
+@router.post("/runs/{run_id}/steps/{key}/retry", response=DECIDE, summary="Retry a failed step")
+def retry(request, run_id: Id, key: Key):
+    engine.retry_step(get_run(request, run_id), key, actor=request.user)
+    return fresh_run(request, run_id)
+
+
+@router.post("/runs/{run_id}/steps/{key}/skip", response=DECIDE,
+          summary="Skip a work step (a gate is never skipped)")
+def skip(request, run_id: Id, key: Key, payload: SkipIn):
+    engine.skip_step(get_run(request, run_id), key, actor=request.user, reason=payload.reason)
+    return fresh_run(request, run_id)
