@@ -13,7 +13,8 @@ from django.db import connection
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.run import Bench, table  # noqa: E402
+from bench.plumbing import Bench  # noqa: E402
+from bench.report import table  # noqa: E402
 
 
 def test_every_bench_section_runs_at_its_smallest_size(tmp_path):

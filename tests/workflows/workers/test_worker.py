@@ -8,13 +8,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from tests.workflows.helpers import kinds, status
 from workflows import engine
 from workflows.models import Checkpoint, Run, Step
 from workflows.recovery import sweeper
 from workflows.specs.storage import store_spec
 from workflows.workers import worker
-
-from .helpers import kinds, status
 
 pytestmark = pytest.mark.django_db
 

@@ -8,13 +8,12 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from tests.workflows.helpers import status
 from workflows import deadlines, engine
 from workflows.models import ApiToken, Checkpoint, Step
 from workflows.recovery import sweeper
 from workflows.selectors import resume_state
 from workflows.specs.storage import store_spec
-
-from .helpers import status
 
 pytestmark = pytest.mark.django_db
 

@@ -16,12 +16,11 @@ from django.core.management import call_command
 from django.test import Client, override_settings
 from django.utils import timezone
 
+from tests.conftest import make_user
 from workflows import engine
 from workflows.delivery import links, notifications, webhooks
 from workflows.delivery.outbox import notification_events
 from workflows.models import Approval, Checkpoint, Step, Webhook, WebhookDelivery
-
-from ..conftest import make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -252,7 +251,7 @@ class TestWebhooks:
 @pytest.mark.django_db(transaction=True)
 def test_a_real_consumer_posts_a_waiting_gate_to_the_receiver(consumers, settings, receiver,
                                                               release_spec, people):
-    from .consumers import wait_for
+    from tests.workflows.consumers import wait_for
 
     settings.TOLLGATE_WEBHOOKS = True
     server = receiver(500, 200)  # refused once, then taken

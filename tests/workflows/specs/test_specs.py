@@ -7,11 +7,10 @@ import json
 
 import pytest
 
+from tests.conftest import RELEASE
 from workflows.models import WorkflowSpec
 from workflows.specs.storage import store_spec
 from workflows.specs.validation import SpecError, validate_spec
-
-from ..conftest import RELEASE
 
 
 def spec_with(*steps, **top):

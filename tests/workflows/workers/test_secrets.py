@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
+from tests.conftest import make_user
 from workflows.models import ApiToken
 from workflows.specs.storage import store_spec
 from workflows.specs.validation import SpecError
 from workflows.workers.executors import run_process
-
-from ..conftest import make_user
 
 CONTEXT = {"run_id": 7, "step_key": "deploy", "attempt": 1}
 

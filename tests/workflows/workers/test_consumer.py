@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 from huey.contrib.djhuey import HUEY
 
+from tests.workflows.consumers import wait_for
 from workflows import engine
 from workflows.models import Checkpoint, Run, Step
 from workflows.specs.storage import store_spec
-
-from .consumers import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.consumer]
 

@@ -8,11 +8,10 @@ import re
 import pytest
 from django.test import Client
 
+from tests.workflows.consumers import wait_for
 from workflows import engine
 from workflows.models import Run
 from workflows.specs.storage import store_spec
-
-from .consumers import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -72,7 +71,7 @@ def test_the_grafana_dashboard_names_only_metrics_that_exist():
 
     from workflows.ops import metrics
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     dashboard = json.loads((root / "docs" / "grafana-dashboard.json").read_text())
     source = Path(metrics.__file__).read_text()
     names = {re.sub(r"_(bucket|count|sum)$", "", name)

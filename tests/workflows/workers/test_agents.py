@@ -8,14 +8,13 @@ import threading
 
 import pytest
 
+from tests.conftest import make_user
+from tests.workflows.consumers import wait_for
 from workflows import engine
 from workflows.models import Checkpoint, Run, Step
 from workflows.specs.storage import require_author, store_spec
 from workflows.specs.validation import SpecError, validate_spec
 from workflows.workers.executors import execute
-
-from ..conftest import make_user
-from .consumers import wait_for
 
 
 def fake(folder, name, body):

@@ -10,12 +10,11 @@ import pytest
 from django.test import Client
 
 from tests.api.conftest import Api
+from tests.workflows.consumers import freeze, wait_for
 from workflows import engine
 from workflows.models import PeriodicRun, Step, Worker
 from workflows.recovery import presence
 from workflows.specs.storage import store_spec
-
-from .consumers import freeze, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -13,17 +13,16 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
+from tests.conftest import make_user
+from tests.support.attempts import logged_shell, overlaps, ran_to_the_end, read
+from tests.support.processes import libfaketime
+from tests.workflows.consumers import freeze, wait_for
 from workflows import engine, processes
 from workflows.models import Checkpoint, Compensation, Run, Step
 from workflows.recovery import sweeper
 from workflows.recovery.recover import recover_run
 from workflows.specs.storage import store_spec
 from workflows.workers import spool
-
-from ..conftest import make_user
-from ..support.attempts import logged_shell, overlaps, ran_to_the_end, read
-from ..support.processes import libfaketime
-from .consumers import freeze, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.consumer]
 

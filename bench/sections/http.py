@@ -1,0 +1,117 @@
+"""The web under gunicorn: approve beside /healthz, and what polling inboxes cost."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from bench.plumbing import analyze, gate_spec
+from tests.support.processes import free_port, start_gunicorn, stop
+
+
+def measure(bench) -> None:
+    import http.client
+    import threading
+
+    from django.contrib.auth.models import Group, User
+    from django.test import Client
+
+    from workflows import engine
+
+    spec = gate_spec()
+    user, _ = User.objects.get_or_create(username="bench-http")
+    user.groups.add(Group.objects.get(name="bench-qa"))
+    runs = [engine.open_run(spec).run.pk for _ in range(bench.pick(60, 300, 1000))]
+    seconds = bench.pick(1.0, 5.0, 5.0)
+    client = Client()
+    client.force_login(user)
+    client.get("/")
+    cookie = f"sessionid={client.cookies['sessionid'].value}; " \
+             f"csrftoken={client.cookies['csrftoken'].value}"
+    csrf = client.cookies["csrftoken"].value
+    port = free_port()
+    # As the README's production command runs it: four sync workers on two cores, so
+    # that one waiting on the database does not leave a core idle.
+    web = start_gunicorn({**os.environ, **bench.env}, port, workers=4)
+    try:
+        def load(paths, method="GET", seconds=5.0, clients=8, body=None):
+            done, errors = [], []
+            stop = time.perf_counter() + seconds
+            pending = list(paths)
+            lock = threading.Lock()
+
+            def worker():
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                while time.perf_counter() < stop:
+                    with lock:
+                        if not pending:
+                            return
+                        path = pending.pop() if method == "POST" else pending[0]
+                    conn.request(method, path, body=body, headers={
+                        "Cookie": cookie, "X-CSRFToken": csrf, "HX-Request": "true",
+                        "Host": "127.0.0.1",
+                        "Content-Type": "application/x-www-form-urlencoded"})
+                    response = conn.getresponse()
+                    response.read()
+                    (done if response.status < 400 else errors).append(response.status)
+
+            started = time.perf_counter()
+            threads = [threading.Thread(target=worker) for _ in range(clients)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            elapsed = time.perf_counter() - started
+            return {"requests": len(done), "errors": len(errors), "seconds": elapsed,
+                    "rps": len(done) / elapsed}
+
+        analyze()
+        for path in ("/healthz", f"/runs/{runs[0]}/", "/"):  # every worker warm
+            load([path], seconds=1.0)
+        floor = load(["/healthz"], seconds=seconds)
+        page = load([f"/runs/{runs[0]}/"], seconds=seconds)
+        polls = inbox_polls(bench, client, port, load, web.pid, seconds)
+        half = len(runs) // 2
+        # Approve as the inbox's button does (the decided card comes back), and as the
+        # run page's does (the whole run comes back).
+        inbox = load([f"/runs/{pk}/steps/gate/approve/" for pk in runs[:half]], "POST",
+                     body="view=inbox", seconds=seconds)
+        approve = load([f"/runs/{pk}/steps/gate/approve/" for pk in runs[half:]], "POST",
+                       seconds=seconds)
+        bench.results["http"] = {
+            "clients": 8, "gunicorn_workers": 4, "floor_healthz": floor,
+            "run_page": page, "approve_from_inbox": inbox, "approve": approve,
+            "inbox_polls": polls,
+            "ratio_to_floor": {"run_page": page["rps"] / floor["rps"],
+                               "approve_from_inbox": inbox["rps"] / floor["rps"],
+                               "approve": approve["rps"] / floor["rps"]},
+            "target_ratio": 0.5}
+    finally:
+        stop(web, sig=15)
+
+
+def inbox_polls(bench, client, port, load, web_pid, seconds) -> dict:
+    """What 500 open inboxes cost: each polls every 5 s with the cards it shows (200
+    here) and hears "nothing changed" (204); the CPU gunicorn and the database spend per
+    poll, scaled to 500 inboxes, as a share of one core."""
+    import re
+
+    from bench import scale
+
+    shown = re.findall(r'name="have" value="([0-9]+:[0-9.]+)"', client.get("/").text)
+    if not shown:
+        raise RuntimeError("the inbox showed no cards to poll for")
+    path = "/?poll=1&" + "&".join(f"have={item}" for item in shown)
+    workers = [int(pid) for pid in Path(f"/proc/{web_pid}/task/{web_pid}/children")
+               .read_text().split()]
+    servers = scale.postgres_pids() if bench.backend == "postgres" else []
+    cpu = scale.cpu_seconds([web_pid, *workers]), scale.cpu_seconds(servers)
+    done = load([path], seconds=seconds)
+    web_cpu = scale.cpu_seconds([web_pid, *workers]) - cpu[0]
+    db_cpu = scale.cpu_seconds(servers) - cpu[1]
+    per_poll = (web_cpu + db_cpu) / max(done["requests"], 1)
+    return {**done, "cards": len(shown), "web_cpu_ms_per_poll": web_cpu /
+            max(done["requests"], 1) * 1e3, "database_cpu_ms_per_poll": db_cpu /
+            max(done["requests"], 1) * 1e3, "poll_every_s": 5,
+            "cores_for_500_inboxes": per_poll * 500 / 5}
