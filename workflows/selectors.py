@@ -22,6 +22,7 @@ from .models import (
 )
 from .permissions import decidable_by
 from .specs.validation import masked
+from .templatetags.tollgate import label, pretty_json
 from .timezones import day_starts
 
 
@@ -112,8 +113,6 @@ def timeline_for_page(run: Run, *, first_seq: int = 1,
     """The timeline with what the run page shows of each checkpoint worked out here, once:
     a template filter per field of hundreds of checkpoints was most of the page's time."""
     from django.utils import timezone
-
-    from .templatetags.tollgate import label, pretty_json
 
     entries = timeline(run, first_seq=first_seq, before=before)
     for c in entries:

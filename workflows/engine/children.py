@@ -39,6 +39,7 @@ from ..models import (
 from .commit import commit
 from .moves import clear_lease
 from .rows import locked
+from .runs import cancel_run, open_run
 from .steps import _fail, _reported_step
 
 WHOLE_PLACEHOLDER = re.compile(r"^\s*" + PLACEHOLDER.pattern + r"\s*$")
@@ -76,8 +77,6 @@ def start_child(run, key: str, *, lease_token: str, actor=None) -> Checkpoint:
     """Open the child run of a claimed `workflow` step and make the step wait for it, in one
     transaction. A stale lease records a stale result; a child that cannot be opened (no
     such spec, bad params, no right to start runs) fails the step without retry, saying why."""
-    from .runs import open_run
-
     with locked(run, key=key) as state:
         step, stale = _reported_step(state, key, actor, lease_token, "complete", "approve")
         if stale:
@@ -160,8 +159,6 @@ def open_children(run_id: int) -> list[int]:
 def cancel_children(run_id: int, reason: str) -> int:
     """Cancel the open child runs of a run that was cancelled (or whose waiting step was
     skipped): each is one transition of its own. Returns how many were cancelled."""
-    from .runs import cancel_run
-
     cancelled = 0
     for child_id in open_children(run_id):
         parent_step = Step.objects.filter(child_run_id=child_id).values("status").first()

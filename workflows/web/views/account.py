@@ -11,14 +11,13 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from workflows import timezones
+from workflows.models import ApiToken, Preference
 
 
 @never_cache  # the page shows a new token once: no cache may keep it
 @require_http_methods(["GET", "POST"])
 def profile(request):
     """Your API tokens (create one, shown once, or revoke one) and your time zone."""
-    from workflows.models import ApiToken, Preference
-
     new_token = None
     preference = Preference.objects.filter(user=request.user).first() or Preference(
         user=request.user)
@@ -46,7 +45,6 @@ def profile(request):
 @require_POST
 def token_revoke(request, pk: int):
 
-    from workflows.models import ApiToken
 
     token = get_object_or_404(ApiToken, pk=pk, user=request.user)
     if token.revoked_at is None:

@@ -11,10 +11,13 @@ from django.views.decorators.http import require_GET
 
 from tollgate.exports import csv_download
 from workflows import selectors
+from workflows.models import Notification
+from workflows.ops import operations
 from workflows.permissions import (
     can_export_audit,
     can_operate,
 )
+from workflows.recovery import presence
 from workflows.web import cards
 
 
@@ -22,9 +25,6 @@ from workflows.web import cards
 def workers(request):
     """Operators: every consumer seen, alive, gone or silent, what each holds; the periodic
     tasks' last runs; a warning when no sweep has run for three periods."""
-    from workflows.ops import operations
-    from workflows.recovery import presence
-
     if not (can_operate(request.user) or request.user.is_staff):
         return HttpResponseForbidden("The workers page is for operators.")
     now = timezone.now()
@@ -36,8 +36,6 @@ def workers(request):
 @require_GET
 def dev_mail(request):
     """With DEBUG only: the mail Tollgate sent, newest first, links whole and clickable."""
-    from workflows.models import Notification
-
     if not settings.DEBUG:
         raise Http404("The development mail page exists with DEBUG only.")
     mails = Notification.objects.select_related("user").order_by("-created_at")
