@@ -338,10 +338,12 @@ def outcome_of(work: Path, secrets: list[str], cap: int | None = None) -> Outcom
         evidence["timed_out"] = True
         return Outcome(False, f"Timed out after {spec.get('timeout_seconds')}s; process tree "
                               "terminated", evidence)
-    supervisor_stop = result.get("stopped") in ("owner_gone", "fenced") and not worker_reason
-    if supervisor_stop and result.get("exit_code") is not None:
-        # Told to stop, the command exited by itself (its own exit code, no signal): it
-        # finished, and its exit code says how. Only a command a signal ended runs again.
+    owner_gone = result.get("stopped") == "owner_gone" and not worker_reason
+    if owner_gone and result.get("exit_code") is not None:
+        # Told to stop as its consumer died, the command exited by itself (its own exit
+        # code, no signal): it finished, and its exit code says how; its lease still holds,
+        # so the result is recorded from the spool. Only a command a signal ended runs
+        # again. (A fenced one is past its lease: nothing it did can be recorded.)
         evidence["stopped_then_exited"] = result["stopped"]
     elif reason or result.get("stopped") == "owner_gone":
         reason = reason or "owner_gone"

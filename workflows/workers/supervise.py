@@ -184,8 +184,11 @@ class Supervisor:
             readable, _, _ = select.select([self.lifeline], [], [], 0.05)
             owner_gone = readable and not self.hear()
             fenced = self.fence_at is not None and time.monotonic() >= self.fence_at
-            if owner_gone or fenced:
-                self.reap()  # a command that has just exited finished: no stop to record
+            if owner_gone and not fenced:
+                # A command that has just exited finished: no stop to record, and its
+                # result, kept in the spool, is recorded by whoever finds it. (Past the
+                # fence the lease is gone: the attempt is fenced whatever it did.)
+                self.reap()
                 if self.status is not None:
                     break
             if owner_gone:
