@@ -23,8 +23,6 @@ from workflows.specs.validation import allowed_callable
 from workflows.specs.values import BadValue, check_json, fill
 from workflows.workers import accounts, agents, redaction, spool
 
-REDACTED = redaction.REDACTED
-
 
 @dataclass
 class Outcome:
@@ -91,11 +89,8 @@ def secret_value(name: str) -> str:
     if variable in os.environ:
         return os.environ[variable]
     folder = settings.TOLLGATE_SECRETS_DIR
-    if folder:
-        try:
-            return (Path(folder) / name).read_text().rstrip("\n")
-        except (OSError, UnicodeDecodeError):
-            pass
+    if folder and (value := redaction.read_secret(Path(folder) / name)) is not None:
+        return value
     raise MissingSecret(f"Secret {name!r} is not set on this worker ({variable}, or a file "
                         f"named {name} in TOLLGATE_SECRETS_DIR)")
 

@@ -36,8 +36,17 @@ def _settings_secrets() -> set[str]:
     return values
 
 
+def read_secret(path: Path) -> str | None:
+    """A secret file's value as a step gets it (its last newline dropped), or None when it
+    cannot be read."""
+    try:
+        return path.read_text().rstrip("\n")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def _folder_secrets() -> set[str]:
-    """Every secret file this worker could hand a step, read as `secret_value` reads it."""
+    """Every secret file this worker could hand a step, read as steps get them."""
     folder = settings.TOLLGATE_SECRETS_DIR
     if not folder:
         return set()
@@ -48,10 +57,11 @@ def _folder_secrets() -> set[str]:
         return set()
     for path in entries:
         try:
-            if path.is_file() and path.stat().st_size <= SECRET_FILE_CAP:
-                values.add(path.read_text().rstrip("\n"))
-        except (OSError, UnicodeDecodeError):
+            small = path.is_file() and path.stat().st_size <= SECRET_FILE_CAP
+        except OSError:
             continue
+        if small and (value := read_secret(path)) is not None:
+            values.add(value)
     return values
 
 

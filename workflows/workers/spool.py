@@ -40,16 +40,18 @@ NAME = re.compile(r"^(step|compensation)-(\d+)-([0-9a-f]{8,64})$")
 
 
 @functools.cache
-def _database_id(alias_settings: str) -> str:
+def _database_id(name: str) -> str:
     """A short name for the database this process serves, as the server itself names it
-    (so a worker through PgBouncer and one connected directly agree)."""
+    (so a worker through PgBouncer and one connected directly agree). Cached by the
+    settings' database name: a process that moves to another database (tests do) asks
+    again."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT system_identifier::text, current_database() "
                            "FROM pg_control_system()")
             identity = "postgresql:" + ":".join(cursor.fetchone())
     else:
-        identity = f"{connection.vendor}:{os.path.realpath(alias_settings)}"
+        identity = f"{connection.vendor}:{os.path.realpath(name)}"
     return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
 
