@@ -208,7 +208,8 @@ def spec_detail(name: str, *, reveal: bool = False) -> dict | None:
 TIMELINE_COLUMNS = ["seq", "at", "kind", "step", "actor", "run_status", "step_status",
                     "summary"]
 DECISION_COLUMNS = ["at", "run", "run_title", "step", "step_title", "attempt", "user",
-                    "decision", "group", "comment", "values", "waited_seconds"]
+                    "decision", "group", "comment", "values", "waited_seconds", "channel",
+                    "chat_identity"]
 
 
 def run_audit(run: Run) -> dict:
@@ -246,11 +247,13 @@ def decision_rows(approvals: QuerySet[Approval]):
     """Decisions as dicts, streamed from the database a chunk at a time."""
     rows = approvals.values_list("at", "step__run_id", "step__run__title", "step__key",
                                  "step__title", "attempt", "user__username", "decision",
-                                 "group", "comment", "values", "waited_seconds")
+                                 "group", "comment", "values", "waited_seconds", "channel",
+                                 "chat_identity")
     for row in rows.iterator(chunk_size=2000):
         (at, run_id, title, key, step_title, attempt, user, decision, group, comment, values,
-         waited) = row
+         waited, channel, chat_identity) = row
         yield {"at": at.isoformat(), "run": run_id, "run_title": title, "step": key,
                "step_title": step_title, "attempt": attempt, "user": user,
                "decision": decision, "group": group, "comment": comment,
-               "values": values or {}, "waited_seconds": waited}
+               "values": values or {}, "waited_seconds": waited, "channel": channel,
+               "chat_identity": chat_identity}

@@ -58,3 +58,13 @@ class ViewerTimeZone:
             return self.get_response(request)
         finally:
             timezone.deactivate()
+
+
+def zone_of(user) -> zoneinfo.ZoneInfo:
+    """The time zone a person reads times in (their preference, else the site's): for what is
+    sent to them (mail, chat), where no request carries it."""
+    name = Preference.objects.filter(user=user).values_list("time_zone", flat=True).first()
+    try:
+        return zoneinfo.ZoneInfo(name) if name else timezone.get_default_timezone()
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return timezone.get_default_timezone()

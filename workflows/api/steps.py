@@ -9,6 +9,7 @@ from ninja import Field, Router
 from tollgate.schemas import Error, Id, Input, Key
 from workflows import engine
 from workflows.api.schemas import RunOut, fresh_run, get_run
+from workflows.models import Channel
 
 router = Router(tags=["workflows"])
 
@@ -38,14 +39,15 @@ DECIDE = {200: RunOut, 400: Error, 401: Error, 403: Error, 404: Error, 409: Erro
 def approve(request, run_id: Id, key: Key, payload: ApproveIn | None = None):
     engine.approve(get_run(request, run_id), key, user=request.user,
                    comment=payload.comment if payload else "",
-                   values=payload.values if payload else None)
+                   values=payload.values if payload else None, channel=Channel.API)
     return fresh_run(request, run_id)
 
 
 @router.post("/runs/{run_id}/steps/{key}/reject", response=DECIDE,
           summary="Reject a gate (a comment is required)")
 def reject(request, run_id: Id, key: Key, payload: RejectIn):
-    engine.reject(get_run(request, run_id), key, user=request.user, comment=payload.comment)
+    engine.reject(get_run(request, run_id), key, user=request.user, comment=payload.comment,
+                  channel=Channel.API)
     return fresh_run(request, run_id)
 
 

@@ -1,4 +1,9 @@
-"""Email notifications: one message per event per person, however often a task is retried."""
+"""Email notifications: one message per event per person, however often a task is retried.
+
+A gate's mail lets a person triage without opening Tollgate: the deadline in their own time
+zone and what happens when it passes, the instructions, the params and the decisions so far,
+and the signed link; the requester's "approved" mail names the values the approvers chose.
+Each mail has a plain-text and an HTML part (templates/mail/)."""
 
 from __future__ import annotations
 
@@ -7,43 +12,74 @@ from datetime import timedelta
 
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
+from django.template.loader import render_to_string
 from django.utils import timezone
 
+from workflows import briefs
 from workflows.delivery import links
 from workflows.models import Checkpoint, Notification, StepStatus
 from workflows.permissions import deciders
+from workflows.specs.values import readable
+from workflows.timezones import zone_of
 
 log = logging.getLogger(__name__)
 
 
+def _gate_brief(run, step):
+    """The gate as a mail tells it: params, instructions, decisions so far, deadline."""
+    step.run = run
+    briefs.gate_evidence([step])
+    return step
+
+
+def _render(name: str, context: dict, zone) -> tuple[str, str]:
+    """(plain text, HTML) of a mail, with times in the recipient's zone."""
+    with timezone.override(zone):
+        return (render_to_string(f"mail/{name}.txt", context).strip() + "\n",
+                render_to_string(f"mail/{name}.html", context))
+
+
 def messages_for(checkpoint: Checkpoint, event: str, step_key: str):
-    """(user, subject, body) for each person this event concerns."""
+    """(user, subject, plain text, HTML) for each person this event concerns."""
     run = checkpoint.run
     step = run.steps.filter(key=step_key).first() if step_key else None
     requester = run.requested_by if run.requested_by and run.requested_by.email else None
     link = links.absolute(run.get_absolute_url())
+    context = {"run": run, "run_link": link, "checkpoint": checkpoint, "event": event}
     if event in ("gate_waiting", "gate_escalated") and step is not None:
+        gate = _gate_brief(run, step)
         members = deciders(run, step).exclude(email="")
         verb = "was escalated to" if event == "gate_escalated" else "waits on"
         for user in members:
+            zone = zone_of(user)
+            due = ""
+            if gate.due:
+                due = f" (due {timezone.localtime(gate.due['at'], zone):%a %d %b %H:%M %Z})"
             # A link signed for this person, this gate and this attempt (see links.py).
-            yield user, f"[Tollgate] {step.title} {verb} {step.approval_group}: {run}", (
-                f"{step.title} of run {run} {verb} the {step.approval_group} group.\n"
-                f"Decide it, with its evidence, at:\n{links.decision_url(user, step)}\n\n"
-                f"The run:\n{link}\n")
+            text, html = _render("gate_waiting", {
+                **context, "gate": gate, "verb": verb, "user": user,
+                "decide_link": links.decision_url(user, step)}, zone)
+            yield (user, f"[Tollgate] {step.title} {verb} {step.approval_group}{due}: {run}",
+                   text, html)
         if event == "gate_escalated" and requester:
-            yield requester, f"[Tollgate] {step.title} escalated: {run}", (
-                f"No decision came in time; {step.title} now waits on {step.approval_group}.\n"
-                f"{link}\n")
+            text, html = _render("gate_escalated", {**context, "gate": gate},
+                                 zone_of(requester))
+            yield requester, f"[Tollgate] {step.title} escalated: {run}", text, html
     elif event == "gate_decided" and step is not None and requester:
         outcomes = {StepStatus.COMPLETED: "approved", StepStatus.FAILED: "rejected"}
         outcome = outcomes.get(checkpoint.step_status, checkpoint.step_status)
-        yield requester, f"[Tollgate] {step.title} {outcome}: {run}", (
-            f"{step.title} of your run {run} was {outcome} by {checkpoint.actor_name}.\n"
-            f"{checkpoint.summary}\n{link}\n")
+        # The values the approvers chose on the gate's form, a later approver's over an earlier.
+        chosen: dict = {}
+        for values in step.approvals.filter(attempt=step.attempt, decision="approve").order_by(
+                "at", "pk").values_list("values", flat=True):
+            chosen.update(values or {})
+        chosen = [(name, readable(value, none="null")) for name, value in chosen.items()]
+        text, html = _render("gate_decided", {**context, "gate": step, "outcome": outcome,
+                                              "chosen": chosen}, zone_of(requester))
+        yield requester, f"[Tollgate] {step.title} {outcome}: {run}", text, html
     elif event == "run_failed" and requester:
-        yield requester, f"[Tollgate] Run failed: {run}", (
-            f"Your run {run} failed: {run.error or checkpoint.summary}\n{link}\n")
+        text, html = _render("run_failed", context, zone_of(requester))
+        yield requester, f"[Tollgate] Run failed: {run}", text, html
 
 
 # Seconds before each retry of a mail the server did not take; then it is given up.
@@ -62,13 +98,13 @@ def deliver(checkpoint_id: int, events) -> int:
         return 0
     sent = 0
     for event, step_key in events:
-        for user, subject, body in messages_for(checkpoint, event, step_key):
+        for user, subject, body, html in messages_for(checkpoint, event, step_key):
             key = f"{checkpoint.run_id}:{checkpoint.seq}:{event}:{step_key}"
             try:
                 with transaction.atomic():
                     note = Notification.objects.create(
                         user=user, key=key, event=event, run=checkpoint.run, subject=subject,
-                        body=body, next_attempt_at=timezone.now())
+                        body=body, html=html, next_attempt_at=timezone.now())
             except IntegrityError:
                 continue  # recorded by an earlier try of this task: send_due has it
             sent += send(note.pk)
@@ -86,7 +122,8 @@ def send(notification_id: int, now=None) -> bool:
     if not claimed or note is None:
         return False
     try:
-        send_mail(note.subject, note.body, None, [note.user.email])
+        send_mail(note.subject, note.body, None, [note.user.email],
+                  html_message=note.html or None)
     except Exception as exc:
         attempts = note.attempts + 1
         retry = (timezone.now() + timedelta(seconds=RETRY_DELAYS[attempts - 1])

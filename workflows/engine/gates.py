@@ -7,7 +7,17 @@ from workflows.specs.params import FieldErrors, coerce
 
 from .. import clock, permissions
 from ..errors import IllegalTransition, InvalidInput, NotPermitted, WorkflowError
-from ..models import Approval, Checkpoint, CheckpointKind, Decision, Run, Step, StepKind, StepStatus
+from ..models import (
+    Approval,
+    Channel,
+    Checkpoint,
+    CheckpointKind,
+    Decision,
+    Run,
+    Step,
+    StepKind,
+    StepStatus,
+)
 from . import sql
 from .commit import commit
 from .moves import (
@@ -24,7 +34,7 @@ from .rows import RunState, locked
 
 APPROVAL = sql.Table(Approval)
 APPROVAL_COLUMNS = ("step_id", "attempt", "user_id", "decision", "comment", "values",
-                    "group", "waited_seconds", "at")
+                    "group", "waited_seconds", "at", "channel", "chat_identity")
 
 
 def _check_approver(run: Run, step: Step, user) -> None:
@@ -56,8 +66,15 @@ def _gate(state: RunState, key, user, verb: str) -> tuple[Step, list[tuple[int, 
     return step, decided
 
 
+def _channel(channel: str, chat_identity: str) -> tuple[str, str]:
+    if channel not in Channel.values:
+        raise InvalidInput(f"Unknown decision channel {channel!r}: one of "
+                           f"{', '.join(Channel.values)}.")
+    return channel, (chat_identity or "")[:200] if channel == Channel.CHAT else ""
+
+
 def _record_decision(step: Step, user, decision: str, comment: str,
-                     values: dict | None = None) -> None:
+                     values: dict | None = None, *, via: tuple[str, str]) -> None:
     """Insert the decision now: the unique (step, attempt, user) is the last word on a
     second decision racing in."""
     now = clock.now()
@@ -65,7 +82,7 @@ def _record_decision(step: Step, user, decision: str, comment: str,
     with sql.cursor() as cursor:
         cursor.execute(*APPROVAL.insert(APPROVAL_COLUMNS, [(
             step.pk, step.attempt, user.pk, decision, comment, values or {},
-            step.approval_group, waited, now)]))
+            step.approval_group, waited, now, *via)]))
 
 
 def form_values(step: Step, given, *, posted: bool = False) -> dict:
@@ -86,15 +103,18 @@ def form_values(step: Step, given, *, posted: bool = False) -> dict:
 
 
 def approve(run, key: str, *, user, comment: str = "", values: dict | None = None,
-            posted: bool = False) -> Checkpoint:
+            posted: bool = False, channel: str = Channel.WEB,
+            chat_identity: str = "") -> Checkpoint:
     """Record an approval, with the gate's form filled in; the gate completes when its
     quorum of distinct approvers is met. The values go into the run's shared state under
-    the gate's key (a later approver's value for a field replaces an earlier one)."""
+    the gate's key (a later approver's value for a field replaces an earlier one).
+    `channel` says where it was made (and `chat_identity` who, for chat), for the audit."""
     comment = check_text(comment, "The comment", COMMENT_LIMIT)
+    via = _channel(channel, chat_identity)
     with locked(run, key=key) as state:
         step, decided = _gate(state, key, user, "approve")
         filled = form_values(step, values, posted=posted)
-        _record_decision(step, user, Decision.APPROVE, comment, filled)
+        _record_decision(step, user, Decision.APPROVE, comment, filled, via=via)
         patch = {}
         if filled:
             # Earlier approvers' values stand beside these; anything else under the key
@@ -105,7 +125,7 @@ def approve(run, key: str, *, user, comment: str = "", values: dict | None = Non
             patch = merge_state(state.run, {key: {**earlier, **filled}}, gate=key)
             reserve_key(state.run, key)
         count = 1 + sum(1 for _, decision in decided if decision == Decision.APPROVE)
-        evidence = {"approvals": count, "required": step.approval_required}
+        evidence = {"approvals": count, "required": step.approval_required, "channel": via[0]}
         if filled:
             evidence["values"] = filled
         summary = comment or f"Approved ({count} of {step.approval_required})"
@@ -122,19 +142,21 @@ def approve(run, key: str, *, user, comment: str = "", values: dict | None = Non
                       summary=summary, evidence=evidence, state_patch=patch)
 
 
-def reject(run, key: str, *, user, comment: str) -> Checkpoint:
+def reject(run, key: str, *, user, comment: str, channel: str = Channel.WEB,
+           chat_identity: str = "") -> Checkpoint:
     """Reject a gate: it fails, with the comment as its reason."""
     comment = check_text(comment, "The comment", COMMENT_LIMIT)
+    via = _channel(channel, chat_identity)
     if not comment:
         raise InvalidInput("A comment is required to reject.")
     with locked(run, key=key) as state:
         step, _ = _gate(state, key, user, "reject")
-        _record_decision(step, user, Decision.REJECT, comment)
+        _record_decision(step, user, Decision.REJECT, comment, via=via)
         close_gate(step)
         fail_for_good(state.run, step, clock.now(), comment,
                       f"rejected by {user.get_username()}: {comment}")
         return commit(state, CheckpointKind.STEP_REJECTED, actor=user, step=step,
-                      summary=comment)
+                      summary=comment, evidence={"channel": via[0]})
 
 
 def expire_gate(step_id: int) -> Checkpoint | None:
@@ -181,9 +203,9 @@ def decide_many(step_ids: list[int], *, user, decision: str, comment: str = ""
     for gate in gates.order_by("pk"):
         try:
             if decision == "approve":
-                approve(gate.run, gate.key, user=user, comment=comment)
+                approve(gate.run, gate.key, user=user, comment=comment, channel=Channel.BULK)
             else:
-                reject(gate.run, gate.key, user=user, comment=comment)
+                reject(gate.run, gate.key, user=user, comment=comment, channel=Channel.BULK)
             decided.append(gate)
         except WorkflowError as exc:
             refused[gate.pk] = str(exc)

@@ -32,6 +32,7 @@ from .runs import (  # noqa: F401
     CheckpointQuerySet,
     Compensation,
     CompensationStatus,
+    Channel,
     Decision,
     GoalTally,
     HeldByProcess,

@@ -24,6 +24,7 @@ class Notification(models.Model):
     run = models.ForeignKey(Run, null=True, on_delete=models.SET_NULL, related_name="+")
     subject = models.CharField(max_length=300)
     body = models.TextField()
+    html = models.TextField(blank=True, default="", db_default="")  # the HTML part
     created_at = models.DateTimeField(default=now)
     sent_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)

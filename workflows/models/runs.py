@@ -391,6 +391,17 @@ class Decision(models.TextChoices):
     REJECT = "reject", "rejected"
 
 
+class Channel(models.TextChoices):
+    """Where a decision was made: the audit says how each one came in."""
+
+    WEB = "web", "inbox card"
+    RUN_PAGE = "run_page", "run page"
+    BULK = "bulk", "bulk decision"
+    MAIL_LINK = "mail_link", "mailed link"
+    API = "api", "API"
+    CHAT = "chat", "chat"
+
+
 class ApprovalQuerySet(models.QuerySet):
     def delete(self):
         raise TypeError("Decisions are never deleted: they are the audit trail.")
@@ -411,6 +422,10 @@ class Approval(models.Model):
     group = models.CharField(max_length=150, blank=True)
     waited_seconds = models.FloatField(null=True, blank=True)
     at = models.DateTimeField(default=timezone.now)
+    # How it was made, and from chat, by which chat account ("slack:T1/U2 @ann").
+    channel = models.CharField(max_length=16, choices=Channel, default=Channel.WEB,
+                               db_default=Channel.WEB)
+    chat_identity = models.CharField(max_length=200, blank=True, default="", db_default="")
 
     objects = ApprovalQuerySet.as_manager()
 

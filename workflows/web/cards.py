@@ -1,149 +1,27 @@
-"""The card's read model: what an approver reads on a gate's card, worked out for many gates
-in a constant number of queries (the run's params with their values, the trail of every step
-before the gate in words, the values those steps wrote, what approving and rejecting do, the
-decisions so far and the deadline), and the inbox's gates built from it."""
+"""The card: what an approver reads on a gate's card (the brief of `workflows.briefs`, with
+the gate's form), and the inbox's gates built from it."""
 
 from __future__ import annotations
 
-import json
-from datetime import timedelta
-
 from django.db.models import Count, F, Q
-from django.utils.timezone import now as timezone_now
 
-from workflows.models import OPEN_RUN_STATUSES, Approval, Decision, Run, Step, StepStatus
+from workflows import briefs
+from workflows.briefs import (  # noqa: F401  (the card's read model, named here too)
+    VALUE_CHARS,
+    approvals_of_attempt,
+    brief,
+    consequences,
+    deadline,
+    decisions_by_gate,
+    due_gates,
+    fill_placeholders,
+    params_of,
+    short,
+    trail_entry,
+)
+from workflows.models import Step
 from workflows.permissions import decidable_by
-from workflows.specs.values import fill, readable
 from workflows.web.forms import gate_form
-
-VALUE_CHARS = 80  # a value longer than this is shortened on the card, whole on demand
-
-
-def short(value) -> tuple[str, str]:
-    """(shortened text, whole text) of a value as a person reads it (values.readable; a
-    value written as null says so)."""
-    whole = readable(value, none="null")
-    return (whole if len(whole) <= VALUE_CHARS else whole[:VALUE_CHARS - 1] + "…"), whole
-
-
-def params_of(run: Run) -> list[dict]:
-    """The run's params in the order the spec declares them, with their values."""
-    found = []
-    for param in run.spec.definition.get("params", []):
-        if param["name"] in run.params:
-            text, whole = short(run.params[param["name"]])
-            found.append({"name": param.get("label") or param["name"], "value": text,
-                          "whole": whole, "cut": text != whole})
-    return found
-
-
-def ancestors(key: str, by_key: dict[str, Step]) -> list[Step]:
-    """Every step the gate waits on, directly or not, in the run's order."""
-    seen, stack = set(), list(by_key[key].depends_on) if key in by_key else []
-    while stack:
-        dep = stack.pop()
-        if dep in seen or dep not in by_key:
-            continue
-        seen.add(dep)
-        stack.extend(by_key[dep].depends_on)
-    return sorted((by_key[k] for k in seen), key=lambda step: step.index)
-
-
-def trail_entry(step: Step) -> dict:
-    """One step before the gate, in words, with the values it wrote."""
-    values = []
-    for name, value in sorted((step.last_state_patch or {}).items()):
-        text, whole = short(value)
-        values.append({"name": name, "value": text, "whole": whole, "cut": text != whole})
-    summary = step.last_summary or ""
-    if summary.endswith(" returned") or summary.endswith(" completed"):
-        summary = ""  # a machine's "x.y.z returned": the status already says it
-    return {"key": step.key, "title": step.title, "status": step.status,
-            "finished_at": step.finished_at, "summary": summary,
-            "reported_by": step.reported_by, "values": values}
-
-
-def consequences(gate: Step, by_key: dict[str, Step]) -> dict:
-    """What approving starts (the steps right after the gate, with the condition any of them
-    waits for) and what rejecting does (the run fails; the compensations it runs)."""
-    starts = []
-    for key in gate.dependents:
-        step = by_key.get(key)
-        if step is None:
-            continue
-        when = step.config.get("when")
-        condition = ""
-        if when:
-            source = "params" if "params" in when else "state"
-            path = f"{source} {when[source]}"
-            test = next((t for t in ("equals", "not_equals", "in", "exists") if t in when), "")
-            condition = f"if {path} {test.replace('_', ' ')} {json.dumps(when.get(test))}"
-        starts.append({"title": step.title, "condition": condition})
-    undone = [step.title for step in sorted(by_key.values(), key=lambda s: -s.index)
-              if step.compensation and step.status == StepStatus.COMPLETED]
-    return {"starts": starts, "undone": undone}
-
-
-def brief(gates: list[Step]) -> None:
-    """Give each gate `params`, `trail` and `consequences`, in one query for all their runs'
-    steps."""
-    if not gates:
-        return
-    steps: dict[int, dict[str, Step]] = {}
-    for step in Step.objects.filter(run_id__in={gate.run_id for gate in gates}).only(
-            "run_id", "key", "title", "index", "status", "depends_on", "dependents", "config",
-            "compensation", "last_summary", "last_state_patch", "reported_by",
-            "finished_at").order_by("index"):
-        steps.setdefault(step.run_id, {})[step.key] = step
-    for gate in gates:
-        by_key = steps.get(gate.run_id, {})
-        gate.params = params_of(gate.run)
-        gate.trail = [trail_entry(step) for step in ancestors(gate.key, by_key)]
-        gate.consequences = consequences(gate, by_key)
-
-
-def deadline(gate: Step, now) -> dict | None:
-    """A gate's deadline for people: when, how long is left, and what happens then."""
-    if gate.deadline_at is None:
-        return None
-    approval = gate.config.get("approval", {})
-    if approval.get("on_timeout") == "escalate" and not gate.escalated_at:
-        then = f"escalates to {approval.get('escalate_to')}"
-    else:
-        then = "rejects itself"
-    return {"at": gate.deadline_at, "left": (gate.deadline_at - now).total_seconds(),
-            "then": then}
-
-
-def due_gates(now, soon_seconds: float = 24 * 3600) -> list[dict]:
-    """For managers, per group: the waiting gates that are overdue, due within a day, or
-    escalated; in one query whatever their number."""
-    gates = (Step.objects.filter(status=StepStatus.WAITING_APPROVAL,
-                                 run__status__in=OPEN_RUN_STATUSES)
-             .filter(Q(deadline_at__lte=now + timedelta(seconds=soon_seconds))
-                     | Q(escalated_at__isnull=False))
-             .select_related("run").order_by("approval_group", "deadline_at", "pk")[:1000])
-    groups: dict[str, dict] = {}
-    for gate in gates:
-        gate.due = deadline(gate, now)
-        entry = groups.setdefault(gate.approval_group, {
-            "group": gate.approval_group, "overdue": [], "soon": [], "escalated": []})
-        if gate.escalated_at:
-            entry["escalated"].append(gate)
-        if gate.due and gate.due["left"] < 0:
-            entry["overdue"].append(gate)
-        elif gate.due:
-            entry["soon"].append(gate)
-    return list(groups.values())
-
-
-OUTPUT_TAIL_LINES = 5
-
-
-def fill_placeholders(text: str, run: Run) -> str:
-    """`{{ state.key }}` and `{{ params.key }}` (dotted for nested values) from the run."""
-    return fill(text, run.shared_state, run.params)
-
 
 # The inbox shows this many gates, the oldest first: a page that stays quick whatever the
 # backlog, and the ones to decide first.
@@ -165,55 +43,11 @@ def inbox_versions(user) -> dict[int, str]:
     return {pk: f"{attempt}.{decided}" for pk, attempt, decided in rows}
 
 
-def approvals_of_attempt(decisions, attempt: int) -> tuple[list, int]:
-    """(this attempt's decisions, how many of them approve): a gate's quorum progress."""
-    current = [d for d in decisions if d.attempt == attempt]
-    return current, sum(1 for d in current if d.decision == Decision.APPROVE)
-
-
-def _decisions_by_gate(gates: list) -> dict[int, list[Approval]]:
-    """Every decision on these gates, oldest first, by gate id (one query)."""
-    decided: dict[int, list[Approval]] = {}
-    for approval in (Approval.objects.filter(step__in=[g.pk for g in gates])
-                     .select_related("user").order_by("at")):
-        decided.setdefault(approval.step_id, []).append(approval)
-    return decided
-
-
-def _output(step: Step) -> dict:
-    """A step's output for a card: the last lines, and the whole of it when that was cut."""
-    output = (step.last_evidence or {}).get("stdout", "") or ""
-    lines = output.rstrip("\n").splitlines()
-    return {"tail": "\n".join(lines[-OUTPUT_TAIL_LINES:]), "output": output,
-            "cut": len(lines) > OUTPUT_TAIL_LINES}
-
-
 def gate_evidence(gates: list) -> list:
-    """Give each gate what its approvers decide with, in four queries whatever the count:
-    `instructions`, `form`, `decisions` (this attempt's, for quorum progress) and their
-    `version`, `due` (the deadline in words), and the brief (brief: params, the trail
-    of steps before it, each direct dependency's output, consequences)."""
-    if not gates:
-        return gates
-    wanted = Q(pk__in=[])
+    """The brief of each gate (briefs.gate_evidence) and its `form`."""
+    briefs.gate_evidence(gates)
     for gate in gates:
-        wanted |= Q(run_id=gate.run_id, key__in=gate.depends_on)
-    outputs = {(s.run_id, s.key): _output(s) for s in Step.objects.filter(wanted).only(
-        "run_id", "key", "last_evidence")}
-    decided = _decisions_by_gate(gates)
-    brief(gates)
-    now = timezone_now()
-    for gate in gates:
-        gate.instructions = fill_placeholders(gate.config.get("description", ""), gate.run)
         gate.form = gate_form(gate)
-        gate.decisions, gate.approved = approvals_of_attempt(decided.get(gate.pk, []),
-                                                             gate.attempt)
-        # What the live inbox compares to know a card's quorum line changed.
-        gate.version = f"{gate.attempt}.{len(gate.decisions)}"
-        gate.due = deadline(gate, now)
-        for entry in gate.trail:
-            entry["output"] = (outputs.get((gate.run_id, entry["key"]))
-                               if entry["key"] in gate.depends_on else None)
     return gates
 
 
@@ -226,7 +60,7 @@ def gates_left(user, step_ids: list[int]) -> list[Step]:
     gates = list(Step.objects.filter(pk__in=step_ids[:200], kind="approval",
                                      approval_group__in=user.groups.values("name"))
                  .select_related("run").order_by("pk"))
-    decided = _decisions_by_gate(gates)
+    decided = decisions_by_gate(gates)
     for gate in gates:
         gate.decisions = approvals_of_attempt(decided.get(gate.pk, []), gate.attempt)[0]
         gate.mine = [d for d in gate.decisions if d.user_id == user.pk]

@@ -17,6 +17,7 @@ from workflows import engine, permissions, selectors
 from workflows.models import (
     OPEN_RUN_STATUSES,
     Approval,
+    Channel,
     Run,
     RunStatus,
     Step,
@@ -221,18 +222,27 @@ def _require_readable(request, pk: int) -> None:
         raise Http404(f"Run {pk} does not exist.")
 
 
+PAGE_CHANNELS = (Channel.WEB, Channel.RUN_PAGE, Channel.MAIL_LINK)
+
+
 @require_POST
 def step_action(request, pk: int, key: str, action: str):
     _require_readable(request, pk)
     run = pk  # the engine locks and reads it; a run that does not exist is a 404 from there
     comment = request.POST.get("comment", "").strip()
+    # Which page the button was on (inbox card, run page, or a mailed link's page), for the
+    # audit; the API, bulk and chat set theirs where they decide.
+    via = request.POST.get("via", Channel.WEB)
+    via = via if via in PAGE_CHANNELS else Channel.WEB
     try:
         if action == "approve":
             checkpoint = engine.approve(run, key, user=request.user, comment=comment,
-                                        values=posted_values(request.POST), posted=True)
+                                        values=posted_values(request.POST), posted=True,
+                                        channel=via)
             done = f"You approved {checkpoint.step.title}."
         elif action == "reject":
-            checkpoint = engine.reject(run, key, user=request.user, comment=comment)
+            checkpoint = engine.reject(run, key, user=request.user, comment=comment,
+                                       channel=via)
             done = f"You rejected {checkpoint.step.title}."
         elif action == "retry":
             checkpoint = engine.retry_step(run, key, actor=request.user)
