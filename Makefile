@@ -33,7 +33,12 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
-test: lint
+# The sign-on tests run a real OpenID Connect provider (Node.js, from its lock file).
+OIDC_PROVIDER := tests/sso/provider/node_modules/.package-lock.json
+$(OIDC_PROVIDER): tests/sso/provider/package-lock.json
+	cd tests/sso/provider && npm ci --no-audit --no-fund --loglevel=error
+
+test: lint $(OIDC_PROVIDER)
 	$(BIN)/pytest
 
 bench: install

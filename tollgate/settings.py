@@ -6,6 +6,7 @@ import json
 import os
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.utils.csp import CSP
@@ -79,6 +80,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "workflows.sso.middleware.SessionAge",
     "workflows.timezones.ViewerTimeZone",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -94,7 +96,8 @@ MIDDLEWARE = [
 AXES_VERBOSE = False
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # Passwords, refused to all but break-glass accounts when sign-on is the only way in.
+    "workflows.sso.backends.PasswordBackend",
 ]
 AXES_FAILURE_LIMIT = int(os.environ.get("TOLLGATE_LOGIN_FAILURES", "5"))
 AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("TOLLGATE_LOGIN_COOLOFF_MINUTES", "15")))
@@ -111,7 +114,10 @@ SECURE_CSP = {
     "style-src": [CSP.SELF],
     "img-src": [CSP.SELF, "data:"],
     "connect-src": [CSP.SELF],
-    "form-action": [CSP.SELF],
+    # Signing out also signs out at the sign-on provider: the form's redirect goes there.
+    "form-action": [CSP.SELF, *([urlsplit(os.environ["TOLLGATE_OIDC_ISSUER"])._replace(
+        path="", query="", fragment="").geturl()] if os.environ.get("TOLLGATE_OIDC_ISSUER")
+        else [])],
     "frame-ancestors": [CSP.NONE],
     "base-uri": [CSP.SELF],
     "object-src": [CSP.NONE],
@@ -359,10 +365,51 @@ TOLLGATE_WEBHOOKS = env_bool("TOLLGATE_WEBHOOKS", True)
 # (a system check requires it in production). `make run` serves on 127.0.0.1:8000.
 TOLLGATE_BASE_URL = os.environ.get(
     "TOLLGATE_BASE_URL", "http://127.0.0.1:8000" if DEBUG else "").rstrip("/")
-# How long a signed decision link in a mail works, at most (it stops working as soon as its
-# gate is decided or a new attempt starts).
 # Webhooks post to https URLs with public addresses; http only to these hosts, and private,
 # loopback or link-local addresses only when allowed (a receiver inside your network).
 TOLLGATE_WEBHOOK_HTTP_HOSTS = [h.lower() for h in env_list("TOLLGATE_WEBHOOK_HTTP_HOSTS")]
 TOLLGATE_WEBHOOK_ALLOW_PRIVATE = env_bool("TOLLGATE_WEBHOOK_ALLOW_PRIVATE", False)
+# How long a signed decision link in a mail works, at most (it stops working as soon as its
+# gate is decided or a new attempt starts).
 TOLLGATE_DECISION_LINK_DAYS = int(os.environ.get("TOLLGATE_DECISION_LINK_DAYS", "14"))
+
+
+def env_json(name: str, default, kind: type, what: str):
+    """A JSON setting of a given shape, or a clear error naming the variable."""
+    try:
+        value = json.loads(os.environ.get(name, "") or json.dumps(default))
+    except ValueError as exc:
+        raise ValueError(f"{name} is not valid JSON: {exc}") from None
+    if not isinstance(value, kind) or (kind is dict and not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items())):
+        raise ValueError(f"{name} must be {what}")
+    return value
+
+
+# Single sign-on with OpenID Connect (workflows/sso): on when an issuer is set. Accounts are
+# made or updated at each sign-in, and groups follow the provider's group claim.
+TOLLGATE_OIDC_ISSUER = os.environ.get("TOLLGATE_OIDC_ISSUER", "").rstrip("/")
+TOLLGATE_OIDC_CLIENT_ID = os.environ.get("TOLLGATE_OIDC_CLIENT_ID", "")
+TOLLGATE_OIDC_CLIENT_SECRET = os.environ.get("TOLLGATE_OIDC_CLIENT_SECRET", "")
+TOLLGATE_OIDC_SCOPES = os.environ.get("TOLLGATE_OIDC_SCOPES", "openid email profile")
+TOLLGATE_OIDC_GROUPS_CLAIM = os.environ.get("TOLLGATE_OIDC_GROUPS_CLAIM", "groups")
+# Claim value -> group name (Entra ID sends group ids). When set, only the groups it names
+# are kept in step with the provider; without it every group follows the claim.
+TOLLGATE_OIDC_GROUP_MAP = env_json("TOLLGATE_OIDC_GROUP_MAP", {}, dict,
+                                   "an object of claim value to group name")
+TOLLGATE_OIDC_LABEL = os.environ.get("TOLLGATE_OIDC_LABEL", "your company account")
+# Sign-on is the only way in, but for these usernames (break-glass accounts, with passwords).
+TOLLGATE_OIDC_ONLY = env_bool("TOLLGATE_OIDC_ONLY", False)
+TOLLGATE_BREAK_GLASS = env_list("TOLLGATE_BREAK_GLASS")
+if TOLLGATE_OIDC_ONLY and not TOLLGATE_OIDC_ISSUER:
+    raise ValueError("TOLLGATE_OIDC_ONLY needs TOLLGATE_OIDC_ISSUER")
+# A signed-in session older than this (seconds since sign-in) must sign in again; 0: never.
+TOLLGATE_SESSION_MAX_AGE = int(os.environ.get("TOLLGATE_SESSION_MAX_AGE", str(12 * 3600)))
+
+# Slack approvals (workflows/chat): on when both the bot token and the signing secret are set.
+TOLLGATE_SLACK_BOT_TOKEN = os.environ.get("TOLLGATE_SLACK_BOT_TOKEN", "")
+TOLLGATE_SLACK_SIGNING_SECRET = os.environ.get("TOLLGATE_SLACK_SIGNING_SECRET", "")
+# Approval group -> Slack channel id (a gate is posted to its group's channel).
+TOLLGATE_SLACK_CHANNELS = env_json("TOLLGATE_SLACK_CHANNELS", {}, dict,
+                                   "an object of approval group to Slack channel id")
+TOLLGATE_SLACK_API_URL = os.environ.get("TOLLGATE_SLACK_API_URL", "https://slack.com/api/")

@@ -1,5 +1,4 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpResponse
 from django.urls import include, path
@@ -12,8 +11,7 @@ from .dbfaults import AWAY
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", include("workflows.sso.urls")),
     path("api/", api.urls()),
     path("goals/", include("goals.urls")),
     path("", include("workflows.web.urls")),

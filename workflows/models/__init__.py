@@ -4,9 +4,13 @@ accounts, schedules, delivery and operations. Import them from here."""
 from .accounts import (  # noqa: F401
     ApiToken,
     ApiTokenManager,
+    ChatIdentity,
     Preference,
+    SsoIdentity,
 )
 from .delivery import (  # noqa: F401
+    ChatInteraction,
+    ChatMessage,
     DeliveryStatus,
     Notification,
     OutboxJob,
@@ -27,12 +31,12 @@ from .runs import (  # noqa: F401
     UNDER_WAY_STEP_STATUSES,
     Approval,
     ApprovalQuerySet,
+    Channel,
     Checkpoint,
     CheckpointKind,
     CheckpointQuerySet,
     Compensation,
     CompensationStatus,
-    Channel,
     Decision,
     GoalTally,
     HeldByProcess,

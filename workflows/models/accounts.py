@@ -80,3 +80,57 @@ class Preference(models.Model):
 
         if self.time_zone and self.time_zone not in available_timezones():
             raise ValidationError({"time_zone": f"Unknown time zone {self.time_zone!r}."})
+
+
+class SsoIdentity(models.Model):
+    """A person's account at the company's OpenID Connect provider (issuer and subject),
+    with the e-mail the provider last vouched for: chat accounts are matched by it."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="sso_identities")
+    issuer = models.CharField(max_length=300)
+    subject = models.CharField(max_length=255)
+    email = models.EmailField(blank=True)
+    email_verified = models.BooleanField(default=False)
+    groups = models.JSONField(default=list, blank=True)  # the claim as last seen
+    first_seen = models.DateTimeField(default=timezone.now)
+    last_sign_in = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = "SSO identity"
+        verbose_name_plural = "SSO identities"
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"],
+                                               name="sso_identity_one_per_subject")]
+        indexes = [models.Index(fields=["email"], name="sso_identity_email_idx",
+                                condition=models.Q(email_verified=True))]
+
+    def __str__(self) -> str:
+        return f"{self.user} at {self.issuer}"
+
+
+class ChatIdentity(models.Model):
+    """A chat account (Slack: workspace and user id) that acts as a Tollgate user: matched
+    by a verified e-mail from sign-on, or confirmed by the person through a one-time link."""
+
+    provider = models.CharField(max_length=20)  # "slack"
+    team = models.CharField(max_length=64)
+    chat_user = models.CharField(max_length=64)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="chat_identities")
+    name = models.CharField(max_length=200, blank=True)  # the chat's handle, for the audit
+    matched_by = models.CharField(max_length=20)  # "email" or "link"
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name_plural = "chat identities"
+        constraints = [models.UniqueConstraint(fields=["provider", "team", "chat_user"],
+                                               name="chat_identity_one_per_account")]
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.team}/{self.chat_user} as {self.user}"
+
+    @property
+    def label(self) -> str:
+        """How the audit names it: "slack:T1/U2 @ann"."""
+        return f"{self.provider}:{self.team}/{self.chat_user}" + (
+            f" @{self.name}" if self.name else "")

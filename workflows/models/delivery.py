@@ -11,7 +11,7 @@ from django.utils.timezone import now
 
 from workflows.delivery.addresses import RefusedAddress, resolve
 
-from .runs import Run
+from .runs import Run, Step
 
 
 class Notification(models.Model):
@@ -112,6 +112,7 @@ class OutboxJob(models.TextChoices):
     WEBHOOKS = "webhooks", "post to the group's webhooks"
     PARENT = "parent", "tell the parent run its child ended"
     CHILDREN = "children", "cancel the run's open child runs"
+    CHAT = "chat", "post or update the gate's chat messages"
 
 
 class OutboxMessage(models.Model):
@@ -138,3 +139,47 @@ class OutboxMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job} for run {self.run_id} #{self.seq}"
+
+
+class ChatMessage(models.Model):
+    """A gate's message in a chat channel (one per gate attempt and channel): where it is,
+    so that every decision, wherever it was made, updates it."""
+
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="chat_messages")
+    attempt = models.PositiveIntegerField()
+    provider = models.CharField(max_length=20)
+    channel = models.CharField(max_length=100)
+    ref = models.CharField(max_length=100, blank=True)  # Slack's ts; empty until posted
+    posted_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(null=True, blank=True)
+    # The gate no longer waits and the message says how it ended: nothing more to update.
+    final = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(
+            fields=["step", "attempt", "provider", "channel"], name="chat_message_once")]
+
+    def __str__(self) -> str:
+        return f"{self.provider} {self.channel} {self.ref or '(not posted)'}"
+
+
+class ChatInteraction(models.Model):
+    """A verified request from chat (a button press, a submitted form), kept until it is
+    handled: acknowledged at once, decided after, and never lost to a dead worker. Its
+    signature is unique, so a replayed request is refused."""
+
+    provider = models.CharField(max_length=20)
+    digest = models.CharField(max_length=64, unique=True)
+    payload = models.JSONField()
+    received_at = models.DateTimeField(default=timezone.now)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    attempts = models.PositiveIntegerField(default=0)
+    done_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["next_attempt_at"], condition=Q(done_at__isnull=True),
+                                name="chat_interaction_due_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.provider} interaction {self.pk}"
