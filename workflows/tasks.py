@@ -14,6 +14,7 @@ from huey.consumer import Scheduler
 from huey.contrib.djhuey import db_periodic_task, db_task, on_startup, task
 
 from goals.rollup import fold_tallies
+from workflows.chat import interactions, slack
 from workflows.delivery import dispatch, notifications, outbox, webhooks
 from workflows.ops import retention
 from workflows.recovery import presence, sweeper
@@ -120,6 +121,25 @@ def send_due_mail() -> None:
 
 
 @db_task()
+def handle_chat_press(interaction_id: int) -> None:
+    """A doorbell for a press in chat, acknowledged already: decide it."""
+    chat = slack.provider()
+    if chat is not None:
+        interactions.handle(chat, interaction_id)
+
+
+@db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
+def handle_due_chat_presses() -> None:
+    """Presses whose doorbell was lost, or whose retry is due (chat away), handled here."""
+    chat = slack.provider()
+    if chat is None:
+        return
+    with presence.periodic("handle_due_chat_presses"):
+        for interaction_id in interactions.due():
+            interactions.handle(chat, interaction_id)
+
+
+@db_task()
 def deliver_webhook(delivery_id: int) -> None:
     if webhooks.deliver(delivery_id) == "pending":  # refused or unreachable: try again later
         retry_at = (WebhookDelivery.objects.filter(pk=delivery_id)
@@ -165,4 +185,4 @@ def ping() -> str:
 
 # The tasks dispatch rings (it never imports this module: this one is above it).
 dispatch.bind(work=work, compensate_run=compensate_run, deliver_outbox=deliver_outbox,
-              deliver_webhook=deliver_webhook)
+              deliver_webhook=deliver_webhook, handle_chat_press=handle_chat_press)

@@ -86,3 +86,8 @@ def deliver_webhook(delivery_id: int, eta=None) -> None:
         _enqueue(what, task.schedule, args=(delivery_id,), eta=eta)
     else:
         _enqueue(what, task, delivery_id)
+
+
+def handle_chat_press(interaction_id: int) -> None:
+    _enqueue(f"chat press {interaction_id}; the periodic task will handle it",
+             _tasks["handle_chat_press"], interaction_id)

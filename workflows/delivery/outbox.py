@@ -18,9 +18,18 @@ from django.conf import settings
 from django.db.models import Q
 
 from workflows import clock, engine
+from workflows.chat import messages as chat_messages
+from workflows.chat import slack
 from workflows.delivery import dispatch, notifications, webhooks
 from workflows.engine import Announcement
-from workflows.models import Checkpoint, CheckpointKind, OutboxJob, OutboxMessage, StepStatus
+from workflows.models import (
+    Checkpoint,
+    CheckpointKind,
+    OutboxJob,
+    OutboxMessage,
+    StepKind,
+    StepStatus,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +56,20 @@ def notification_events(announcement: Announcement) -> list[tuple[str, str]]:
     return events
 
 
+def chat_events(announcement: Announcement) -> list[tuple[str, str]]:
+    """("gate", key) for each gate whose chat message this checkpoint changes (opened,
+    decided, escalated, retried), and ("run", "") when the run ended (its gates' messages
+    lose their buttons)."""
+    checkpoint = announcement.checkpoint
+    keys = set(checkpoint.evidence.get("gates_opened", []))
+    if checkpoint.step_id and checkpoint.step.kind == StepKind.APPROVAL:
+        keys.add(checkpoint.step.key)
+    events = [("gate", key) for key in sorted(keys)]
+    if announcement.run_ended:
+        events.append(("run", ""))
+    return events
+
+
 def record(sender, announcement: Announcement, **kwargs) -> None:
     """Write the transition's duties, in its transaction: mail, webhooks, and the runs it
     links to (a parent told its child ended, children cancelled with their parent)."""
@@ -68,6 +91,9 @@ def record(sender, announcement: Announcement, **kwargs) -> None:
     if settings.TOLLGATE_WEBHOOKS and gate_events:
         rows.append(OutboxMessage(run_id=announcement.run_id, seq=checkpoint.seq,
                                   job=OutboxJob.WEBHOOKS, events=gate_events, rung_at=now))
+    if slack.enabled() and (chat := chat_events(announcement)):
+        rows.append(OutboxMessage(run_id=announcement.run_id, seq=checkpoint.seq,
+                                  job=OutboxJob.CHAT, events=chat, rung_at=now))
     if rows:
         announcement.outbox = [row.pk for row in OutboxMessage.objects.bulk_create(rows)]
 
@@ -89,6 +115,10 @@ def deliver(message_id: int, now=None) -> str:
             notifications.deliver(checkpoint.pk, events)
         elif message.job == OutboxJob.PARENT:
             engine.children.child_ended(message.run_id)
+        elif message.job == OutboxJob.CHAT:
+            chat = slack.provider()
+            if chat is not None:  # turned off since: nothing to update
+                chat_messages.sync(chat, message.run_id, [key for _, key in events])
         elif message.job == OutboxJob.CHILDREN:
             engine.children.cancel_children(
                 message.run_id, f"Run {message.run_id} cancelled it: "

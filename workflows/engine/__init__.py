@@ -15,7 +15,7 @@ Modules: `errors`, `rules` (settled, ready, run status, next move: shared by Pyt
 from ..errors import IllegalTransition, InvalidInput, NotFound, NotPermitted, WorkflowError
 from . import children, compensations
 from .commit import Announcement, transition_committed, transition_recording
-from .gates import approve, decide_many, expire_gate, reject
+from .gates import approve, decide_many, expire_gate, form_values, reject
 from .moves import require_operator
 from .rows import claimable_exists
 from .rules import RUN_HAS_HARD_FAILURE, next_move, ready_filters, ready_steps, retry_delay
@@ -47,7 +47,7 @@ __all__ = [
     "AGENT_STATUSES", "RUN_HAS_HARD_FAILURE", "Announcement", "Chain", "IllegalTransition",
     "InvalidInput", "NotFound", "NotPermitted", "Opened", "WorkflowError", "add_steps", "approve",
     "cancel_run", "children", "claim_next", "claim_step", "claimable_exists", "compensations",
-    "decide_many",
+    "decide_many", "form_values",
     "complete_step", "expire_gate", "expire_lease", "expire_leases", "expire_wait", "fail_step",
     "next_move",
     "note_lease_overdue", "note_sweep_failure", "open_run", "ready_filters", "ready_steps",

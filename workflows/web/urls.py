@@ -1,6 +1,6 @@
 from django.urls import path
 
-from workflows.web.views import account, inbox, oversight, runs, specs
+from workflows.web.views import account, chat, inbox, oversight, runs, specs
 
 urlpatterns = [
     path("", inbox.inbox, name="inbox"),
@@ -21,4 +21,6 @@ urlpatterns = [
     path("dev/mail/", oversight.dev_mail, name="dev_mail"),
     path("workers/", oversight.workers, name="workers"),
     path("runs/<int:pk>/steps/<str:key>/<str:action>/", runs.step_action, name="step_action"),
+    path("chat/slack/interactions/", chat.slack_interactions, name="slack_interactions"),
+    path("chat/link/<str:token>/", chat.chat_link, name="chat_link"),
 ]

@@ -1,0 +1,87 @@
+"""Which Tollgate user a chat account acts as: found by the verified e-mail sign-on vouched
+for, or confirmed by the person, signed in, through a one-time link."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core import signing
+from django.db import IntegrityError, transaction
+from django.urls import reverse
+
+from workflows.models import ChatIdentity, SsoIdentity
+
+SALT = "tollgate.chat-link"
+LINK_SECONDS = 24 * 3600
+
+
+def find(provider: str, team: str, chat_user: str) -> ChatIdentity | None:
+    return (ChatIdentity.objects.select_related("user")
+            .filter(provider=provider, team=team, chat_user=chat_user).first())
+
+
+def match_by_email(chat, team: str, chat_user: str, name: str) -> ChatIdentity | None:
+    """Link the account to the one person whose sign-on identity has the same verified
+    e-mail as the chat platform gives (None when there is not exactly one)."""
+    email = chat.email_of(chat_user)
+    if not email:
+        return None
+    users = {i.user_id: i.user for i in SsoIdentity.objects.select_related("user").filter(
+        email__iexact=email, email_verified=True, user__is_active=True)}
+    if len(users) != 1:
+        return None
+    return _link(chat.name, team, chat_user, name, next(iter(users.values())), "email")
+
+
+def _link(provider, team, chat_user, name, user, how) -> ChatIdentity | None:
+    try:
+        with transaction.atomic():
+            return ChatIdentity.objects.create(provider=provider, team=team,
+                                               chat_user=chat_user, user=user,
+                                               name=name[:200], matched_by=how)
+    except IntegrityError:
+        return find(provider, team, chat_user)
+
+
+@dataclass(frozen=True)
+class LinkRequest:
+    provider: str
+    team: str
+    chat_user: str
+    name: str
+
+
+class BadLink(ValueError):
+    pass
+
+
+def link_url(provider: str, team: str, chat_user: str, name: str) -> str:
+    """A signed link (a day long) the person opens while signed in to Tollgate to confirm
+    that this chat account is theirs."""
+    token = signing.dumps({"p": provider, "t": team, "u": chat_user, "n": name}, salt=SALT,
+                          compress=True)
+    return f"{settings.TOLLGATE_BASE_URL}{reverse('chat_link', args=[token])}"
+
+
+def read_link(token: str) -> LinkRequest:
+    try:
+        data = signing.loads(token, salt=SALT, max_age=LINK_SECONDS)
+        return LinkRequest(data["p"], data["t"], data["u"], data.get("n", ""))
+    except signing.SignatureExpired:
+        raise BadLink("This link expired: press the button in chat again for a new one.") \
+            from None
+    except (signing.BadSignature, KeyError, TypeError):
+        raise BadLink("This is not a Tollgate chat link (it may have been cut short).") \
+            from None
+
+
+def confirm(request: LinkRequest, user) -> ChatIdentity:
+    """Link the chat account to this user. Once linked, the link is spent: it cannot move
+    the account to someone else."""
+    identity = _link(request.provider, request.team, request.chat_user, request.name, user,
+                     "link")
+    if identity is None or identity.user_id != user.pk:
+        raise BadLink("That chat account already acts as another Tollgate user; an admin "
+                      "can remove that link (Chat identities) if it is wrong.")
+    return identity

@@ -1,0 +1,155 @@
+"""A press in chat: verified, recorded and acknowledged at once (Slack wants an answer within
+3 seconds), then decided after, by a worker, through the same engine call as the web.
+
+What must happen inside the request happens there and nothing more: a button that needs the
+gate's form opens it (the platform's trigger lasts 3 seconds), and a submitted form whose
+fields are wrong is shown its errors. The decision itself is a `ChatInteraction` row handled
+by `handle`: a worker that dies loses nothing, and a replayed request is refused by its
+unique signature."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from datetime import timedelta
+
+from django.db import IntegrityError, transaction
+
+from workflows import clock, engine
+from workflows.errors import InvalidInput, WorkflowError
+from workflows.models import Channel, ChatInteraction, Step, StepKind, StepStatus
+
+from . import identities
+from .base import Press, Refused
+from .messages import gate_message
+
+log = logging.getLogger(__name__)
+
+RETRY_SECONDS = (10, 60, 300, 1800, 3600)
+CLAIM_SECONDS = 120
+
+
+def _gate(step_id: int) -> Step | None:
+    return (Step.objects.select_related("run", "run__spec", "run__requested_by")
+            .filter(pk=step_id, kind=StepKind.APPROVAL).first())
+
+
+def _waiting(gate: Step | None, press: Press) -> bool:
+    return (gate is not None and gate.attempt == press.attempt and not gate.run.is_terminal
+            and gate.status == StepStatus.WAITING_APPROVAL)
+
+
+def _form_errors(gate: Step | None, press: Press) -> dict[str, str]:
+    if not _waiting(gate, press):
+        return {}  # handled after: the person is told the gate moved on
+    if press.decision == "reject":
+        return {} if press.comment.strip() else {"comment": "A comment is required to reject."}
+    try:
+        engine.form_values(gate, press.values)
+    except InvalidInput as exc:
+        return getattr(exc, "errors", None) or {"comment": str(exc)}
+    return {}
+
+
+def _done(row: ChatInteraction, outcome: str) -> None:
+    ChatInteraction.objects.filter(pk=row.pk).update(done_at=clock.now(), outcome=outcome)
+
+
+def receive(chat, headers, body: bytes) -> tuple[dict | None, int | None]:
+    """Take one request from the platform: (what to answer it with, or None for an empty
+    200; the interaction to handle after answering, if any). Raises Refused for a request
+    that is not the platform's, or that came before."""
+    digest = chat.verify(headers, body)
+    kind, payload = chat.parse(body)
+    press = chat.press_of(payload)
+    try:
+        with transaction.atomic():
+            row = ChatInteraction.objects.create(
+                provider=chat.name, digest=digest,
+                payload={"kind": kind, "press": asdict(press) if press else None})
+    except IntegrityError:
+        raise Refused("This request was received before: a replay is refused.") from None
+    if press is None:
+        _done(row, f"not a Tollgate press ({kind})")
+        return None, None
+    gate = _gate(press.step_id)
+    needs_form = press.decision == "reject" or bool(
+        gate is not None and gate.config.get("approval", {}).get("form"))
+    if press.kind == "button" and needs_form and _waiting(gate, press):
+        try:
+            chat.open_form(press, gate_message(gate))
+            _done(row, "form opened")
+        except Exception as exc:  # the platform away: the person presses again
+            log.warning("Could not open the form for %s: %s", press, exc)
+            _done(row, f"form not opened: {exc}"[:2000])
+        return None, None
+    if press.kind == "form" and (errors := _form_errors(gate, press)):
+        _done(row, f"form refused: {errors}"[:2000])
+        return chat.form_errors(errors), None
+    return None, row.pk
+
+
+def _decide(chat, press: Press) -> str:
+    identity = (identities.find(chat.name, press.team, press.chat_user)
+                or identities.match_by_email(chat, press.team, press.chat_user,
+                                             press.chat_name))
+    if identity is None:
+        url = identities.link_url(chat.name, press.team, press.chat_user, press.chat_name)
+        chat.tell(press.channel, press.chat_user,
+                  "Tollgate does not know which of its users you are, so nothing was "
+                  f"recorded. Open this link while signed in to Tollgate to link your "
+                  f"account, then press again: {url}")
+        return "not linked"
+    gate = _gate(press.step_id)
+    if not _waiting(gate, press):
+        what = "no longer exists" if gate is None else (
+            "has started again since this message" if gate.attempt != press.attempt
+            else f"is {gate.get_status_display().lower()}, not waiting")
+        chat.tell(press.channel, press.chat_user, f"Nothing was recorded: this gate {what}.")
+        return f"refused: gate {what}"
+    try:
+        if press.decision == "approve":
+            engine.approve(gate.run_id, gate.key, user=identity.user, comment=press.comment,
+                           values=press.values or None, channel=Channel.CHAT,
+                           chat_identity=identity.label)
+        else:
+            engine.reject(gate.run_id, gate.key, user=identity.user, comment=press.comment,
+                          channel=Channel.CHAT, chat_identity=identity.label)
+    except WorkflowError as exc:
+        chat.tell(press.channel, press.chat_user, f"Not recorded: {exc}")
+        return f"refused: {exc}"[:2000]
+    return f"{'approved' if press.decision == 'approve' else 'rejected'} by {identity.user}"
+
+
+def handle(chat, interaction_id: int, now=None) -> str:
+    """Decide one recorded press, if it is due (claimed first: two workers never handle it
+    at once). The platform being away is retried with backoff; the engine's own rules (one
+    decision per person and attempt) make a repeat harmless."""
+    now = now or clock.now()
+    claimed = ChatInteraction.objects.filter(
+        pk=interaction_id, done_at__isnull=True, next_attempt_at__lte=now).update(
+        next_attempt_at=now + timedelta(seconds=CLAIM_SECONDS))
+    row = ChatInteraction.objects.filter(pk=interaction_id).first()
+    if not claimed or row is None:
+        return "not due"
+    try:
+        outcome = _decide(chat, Press(**row.payload["press"]))
+    except Exception as exc:
+        attempts = row.attempts + 1
+        wait = RETRY_SECONDS[min(attempts, len(RETRY_SECONDS)) - 1]
+        ChatInteraction.objects.filter(pk=row.pk).update(
+            attempts=attempts, next_attempt_at=clock.now() + timedelta(seconds=wait),
+            outcome=f"{type(exc).__name__}: {exc}"[:2000])
+        log.warning("Chat press %s failed (attempt %s); again in %ss", row.pk, attempts, wait,
+                    exc_info=True)
+        return "retrying"
+    ChatInteraction.objects.filter(pk=row.pk).update(done_at=clock.now(), outcome=outcome,
+                                                     attempts=row.attempts + 1)
+    return outcome
+
+
+def due(now=None, limit: int = 200) -> list[int]:
+    """Presses recorded and not handled whose time has come (a lost doorbell, a retry)."""
+    now = now or clock.now()
+    return list(ChatInteraction.objects.filter(done_at__isnull=True, next_attempt_at__lte=now)
+                .order_by("next_attempt_at").values_list("pk", flat=True)[:limit])

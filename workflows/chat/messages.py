@@ -1,0 +1,113 @@
+"""A gate's chat messages: posted to its group's channel when it starts waiting, and updated
+after every decision (wherever it was made), escalation and end, so no stale button is left
+to press. Run from the outbox ("chat" job): Slack being away loses nothing, and every update
+renders the gate as it is now, so a late or repeated update is still right."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from workflows import briefs
+from workflows.models import ChatMessage, Step, StepKind, StepStatus
+
+from .base import GateMessage
+
+OUTCOMES = {StepStatus.COMPLETED: "Approved", StepStatus.FAILED: "Rejected",
+            StepStatus.CANCELLED: "Cancelled with its run", StepStatus.SKIPPED: "Skipped"}
+
+
+def channel_for(group: str) -> str:
+    return settings.TOLLGATE_SLACK_CHANNELS.get(group, "")
+
+
+def gate_message(gate: Step):
+    """The gate as chat shows it, from the card's read model (briefs)."""
+    briefs.gate_evidence([gate])
+    run = gate.run
+    waiting = gate.status == StepStatus.WAITING_APPROVAL and not run.is_terminal
+    outcome = ""
+    if not waiting:
+        outcome = OUTCOMES.get(gate.status, gate.get_status_display())
+        if gate.status == StepStatus.FAILED and gate.last_summary:
+            outcome = f"Ended: {gate.last_summary}"[:300]
+        elif gate.status == StepStatus.WAITING_APPROVAL:
+            outcome = f"No longer waits: the run is {run.get_status_display().lower()}"
+        deciders = ", ".join(str(d.user) for d in gate.decisions if d.decision == "approve")
+        if gate.status == StepStatus.COMPLETED and deciders:
+            outcome = f"Approved by {deciders}"
+    trail = []
+    for entry in gate.trail:
+        values = "; ".join(f"{v['name']} = {v['value']}" for v in entry["values"])
+        trail.append(f"{entry['title']}: {entry['status']}" + (f"; {values}" if values else ""))
+    return GateMessage(
+        step_id=gate.pk, attempt=gate.attempt, title=gate.title, group=gate.approval_group,
+        run_title=str(run), run_url=f"{settings.TOLLGATE_BASE_URL}{run.get_absolute_url()}",
+        requested_by=str(run.requested_by or ""),
+        params=[(p["name"], p["whole"]) for p in gate.params], trail=trail,
+        instructions=gate.instructions, deadline_at=gate.deadline_at,
+        deadline_then=(gate.due or {}).get("then", ""), approved=gate.approved,
+        required=gate.approval_required,
+        decisions=[f"{d.user} {d.get_decision_display()} ({d.get_channel_display()})"
+                   for d in gate.decisions],
+        open=waiting, outcome=outcome,
+        has_form=bool(gate.config.get("approval", {}).get("form")),
+        form=gate.config.get("approval", {}).get("form") or [])
+
+
+def _post_once(chat, gate: Step, channel: str, message) -> None:
+    """Post the gate to a channel unless this attempt is there already. The row is claimed
+    first, so two deliveries at once post once; a post whose reference was not saved (the
+    worker died between) is posted again: at least once, never lost."""
+    row = ChatMessage.objects.filter(step=gate, attempt=gate.attempt, provider=chat.name,
+                                     channel=channel).first()
+    if row is None:
+        try:
+            with transaction.atomic():
+                row = ChatMessage.objects.create(step=gate, attempt=gate.attempt,
+                                                 provider=chat.name, channel=channel)
+        except IntegrityError:
+            return  # another delivery is posting it
+    if row.ref:
+        return
+    ref = chat.post(channel, message)
+    ChatMessage.objects.filter(pk=row.pk).update(ref=ref, posted_at=timezone.now(),
+                                                 final=not message.open)
+
+
+def sync_gate(chat, gate: Step) -> None:
+    """Bring the gate's messages up to date: posted to its group's channel while it waits,
+    and every earlier message of it shown as it is now."""
+    message = gate_message(gate)
+    channel = channel_for(gate.approval_group)
+    if message.open and channel:
+        _post_once(chat, gate, channel, message)
+    for row in ChatMessage.objects.filter(step=gate, final=False).exclude(ref=""):
+        shown = message if row.attempt == gate.attempt else gate_message_of_attempt(gate, row)
+        chat.update(row.channel, row.ref, shown)
+        ChatMessage.objects.filter(pk=row.pk).update(updated_at=timezone.now(),
+                                                     final=not shown.open)
+
+
+def gate_message_of_attempt(gate: Step, row: ChatMessage):
+    """An earlier attempt's message: closed, pointing to the attempt that followed."""
+    message = gate_message(gate)
+    message.open = False
+    message.attempt = row.attempt
+    message.outcome = f"Attempt {row.attempt} ended; attempt {gate.attempt} follows"
+    return message
+
+
+def sync(chat, run_id: int, keys: list[str]) -> None:
+    """The "chat" outbox job: the named gates of a run, and with an empty key (the run
+    ended) every gate of it whose message still shows buttons."""
+    gates = Step.objects.select_related("run", "run__spec", "run__requested_by").filter(
+        run_id=run_id, kind=StepKind.APPROVAL)
+    named = Q(key__in=[key for key in keys if key])
+    if "" in keys:
+        named |= Q(pk__in=ChatMessage.objects.filter(step__run_id=run_id, final=False)
+                   .values("step_id"))
+    for gate in gates.filter(named).order_by("index"):
+        sync_gate(chat, gate)

@@ -1,0 +1,52 @@
+"""Chat's ways in: the platform's interaction requests (answered within its time limit, the
+decision made after by a worker), and the page where a person links their chat account."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_not_required
+from django.http import Http404, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_http_methods, require_POST
+
+from workflows.chat import identities, interactions, slack
+from workflows.chat.base import Refused
+from workflows.delivery import dispatch
+
+
+@csrf_exempt  # Slack signs its requests; there is no session or form to forge
+@login_not_required
+@require_POST
+def slack_interactions(request):
+    chat = slack.provider()
+    if chat is None:
+        raise Http404("Slack is not set up.")
+    try:
+        answer, press_id = interactions.receive(chat, request.headers, request.body)
+    except Refused as exc:
+        return JsonResponse({"error": str(exc)}, status=401)
+    if press_id is not None:
+        dispatch.handle_chat_press(press_id)
+    return JsonResponse(answer) if answer else HttpResponse(status=200)
+
+
+@require_http_methods(["GET", "POST"])
+def chat_link(request, token: str):
+    """Confirm, signed in, that a chat account is yours: from then on its presses act as
+    you, under your permissions."""
+    try:
+        link = identities.read_link(token)
+    except identities.BadLink as exc:
+        return render(request, "workflows/chat_link.html", {"problem": str(exc)}, status=400)
+    existing = identities.find(link.provider, link.team, link.chat_user)
+    if request.method == "POST":
+        try:
+            existing = identities.confirm(link, request.user)
+        except identities.BadLink as exc:
+            return render(request, "workflows/chat_link.html",
+                          {"link": link, "problem": str(exc)}, status=409)
+        return render(request, "workflows/chat_link.html", {"link": link, "linked": existing})
+    if existing is not None and existing.user_id != request.user.pk:
+        return render(request, "workflows/chat_link.html", {"link": link, "problem": (
+            "That chat account already acts as another Tollgate user.")}, status=409)
+    return render(request, "workflows/chat_link.html", {"link": link, "linked": existing})
