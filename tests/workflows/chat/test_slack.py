@@ -13,10 +13,10 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 
-from tests.conftest import make_user
 from tests.workflows.helpers import work
 from workflows import clock, engine
-from workflows.chat import interactions, slack as slack_chat
+from workflows.chat import interactions
+from workflows.chat import slack as slack_chat
 from workflows.delivery import outbox
 from workflows.models import (
     Approval,
