@@ -11,10 +11,12 @@ from . import engine
 from .models import (
     ApiToken,
     Approval,
+    ChatIdentity,
     Checkpoint,
     Run,
     Schedule,
     SpecStatus,
+    SsoIdentity,
     Step,
     Webhook,
     WebhookDelivery,
@@ -190,8 +192,8 @@ class RunAdmin(admin.ModelAdmin):
 class ApprovalAdmin(admin.ModelAdmin):
     """Decisions are the audit trail: read only, never deleted (the model refuses too)."""
 
-    list_display = ["step", "attempt", "user", "decision", "at"]
-    list_filter = ["decision"]
+    list_display = ["step", "attempt", "user", "decision", "channel", "chat_identity", "at"]
+    list_filter = ["decision", "channel"]
     list_select_related = ["step", "user"]
 
     def get_queryset(self, request):
@@ -338,6 +340,44 @@ class WebhookAdmin(admin.ModelAdmin):
     list_display = ["group", "url", "active", "created_at"]
     list_filter = ["active", "group"]
     search_fields = ["group", "url"]
+
+
+@admin.register(SsoIdentity)
+class SsoIdentityAdmin(admin.ModelAdmin):
+    """Who signed in through the company's provider, as it last said. Written at sign-in;
+    deleting one unlinks it (the next sign-in links by verified e-mail or makes an account)."""
+
+    list_display = ["user", "issuer", "subject", "email", "email_verified", "last_sign_in"]
+    list_select_related = ["user"]
+    search_fields = ["user__username", "subject", "email"]
+    readonly_fields = [f.name for f in SsoIdentity._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ChatIdentity)
+class ChatIdentityAdmin(admin.ModelAdmin):
+    """Chat accounts and the Tollgate users they act as. Delete a wrong link; add one for a
+    person whose chat e-mail does not match (they can also link themselves)."""
+
+    list_display = ["user", "provider", "team", "chat_user", "name", "matched_by",
+                    "created_at"]
+    list_filter = ["provider", "matched_by"]
+    list_select_related = ["user"]
+    search_fields = ["user__username", "chat_user", "name"]
+    autocomplete_fields = ["user"]
+    readonly_fields = ["matched_by", "created_at"]
+
+    def has_change_permission(self, request, obj=None):
+        return False  # a link is made or removed, never moved to someone else
+
+    def save_model(self, request, obj, form, change):
+        obj.matched_by = "admin"
+        super().save_model(request, obj, form, change)
 
 
 @admin.register(WebhookDelivery)
