@@ -34,9 +34,9 @@ lint: install
 	$(BIN)/lint-imports
 
 # The sign-on tests run a real OpenID Connect provider (Node.js, from its lock file).
-OIDC_PROVIDER := tests/sso/provider/node_modules/.package-lock.json
-$(OIDC_PROVIDER): tests/sso/provider/package-lock.json
-	cd tests/sso/provider && npm ci --no-audit --no-fund --loglevel=error
+OIDC_PROVIDER := tests/support/oidc_provider/node_modules/.package-lock.json
+$(OIDC_PROVIDER): tests/support/oidc_provider/package-lock.json
+	cd tests/support/oidc_provider && npm ci --no-audit --no-fund --loglevel=error
 
 test: lint $(OIDC_PROVIDER)
 	$(BIN)/pytest

@@ -401,3 +401,47 @@ def test_who_reads_a_run_under_involved_visibility(world, settings, role, entry)
             assert (response.status_code == 200) == reads, (role, response.status_code)
     else:
         assert response.status_code == 302 and "login" in response["Location"]
+
+
+# Chat is one more entry point: a Slack press, signed, acknowledged, then decided by the
+# worker as the linked user (an unlinked account, "anonymous", is asked to link first).
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("action", ["approve", "reject"])
+def test_chat_press(world, action, role, settings, monkeypatch):
+    from tests.workflows.chat.fake_slack import (
+        SIGNING_SECRET,
+        TEAM,
+        TOKEN,
+        FakeSlack,
+        button,
+        submission,
+    )
+    from workflows.chat import interactions, slack
+    from workflows.models import ChatIdentity
+
+    fake = FakeSlack()
+    settings.TOLLGATE_SLACK_BOT_TOKEN, settings.TOLLGATE_SLACK_SIGNING_SECRET = (
+        TOKEN, SIGNING_SECRET)
+    settings.TOLLGATE_SLACK_API_URL = fake.api_url
+    doorbells = []
+    monkeypatch.setattr("workflows.delivery.dispatch.handle_chat_press", doorbells.append)
+    monkeypatch.setattr("workflows.delivery.dispatch.deliver_outbox", lambda pk: None)
+    if role != "anonymous":
+        ChatIdentity.objects.create(provider="slack", team=TEAM, chat_user="U1",
+                                    user=world["users"][role], matched_by="link")
+    gate = world["gate"].steps.get(key="qa")
+    payload = (button(gate, "approve", "U1", role) if action == "approve"
+               else submission(gate, "reject", "U1", role, comment="no"))
+    body = fake.body(payload)
+    try:
+        response = Client().post("/chat/slack/interactions/", body,
+                                 content_type="application/x-www-form-urlencoded",
+                                 headers=fake.signed(body))
+        assert response.status_code == 200
+        for pk in doorbells:
+            interactions.handle(slack.provider(), pk)
+        allowed = role in ALLOWED[action]
+        assert EFFECTS[action](world) == allowed
+        assert bool(fake.calls_of("chat.postEphemeral")) == (not allowed)
+    finally:
+        fake.stop()

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.oidc import oidc_provider  # noqa: F401  (a real OIDC provider process)
+
 # Playwright's sync API runs an event loop in this thread; the ORM calls here are still sync.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 

@@ -1,8 +1,8 @@
 """Keeping the database in bounds.
 
 `prune_records` (a periodic task, hourly) deletes what only explains the past: finished
-webhook deliveries, notification records, schedule slots, delivered outbox messages and
-workers not seen for a week, each older than its TOLLGATE_KEEP_*_DAYS setting.
+webhook deliveries, notification records, schedule slots, delivered outbox messages, handled
+chat presses and workers not seen for a week, each older than its TOLLGATE_KEEP_*_DAYS setting.
 
 `prune_runs` (manage.py prune_runs --older-than DAYS) takes finished runs out: each batch is
 first written, checkpoints and decisions with it, as JSON lines in the audit export's shape
@@ -24,6 +24,7 @@ from workflows import clock
 from workflows.models import (
     TERMINAL_RUN_STATUSES,
     Approval,
+    ChatInteraction,
     Checkpoint,
     Compensation,
     Notification,
@@ -66,6 +67,10 @@ def prune_records(now=None) -> dict[str, int]:
         "schedule_fires": _delete_in_batches(ScheduleFire.objects.filter(
             slot_at__lt=before(settings.TOLLGATE_KEEP_SCHEDULE_FIRES_DAYS))),
         "outbox_messages": _delete_in_batches(OutboxMessage.objects.filter(
+            done_at__lt=before(settings.TOLLGATE_KEEP_OUTBOX_DAYS))),
+        # A press older than chat's five-minute signature window cannot be replayed, so its
+        # digest is no longer needed to refuse one.
+        "chat_interactions": _delete_in_batches(ChatInteraction.objects.filter(
             done_at__lt=before(settings.TOLLGATE_KEEP_OUTBOX_DAYS))),
         "workers": _delete_in_batches(Worker.objects.filter(last_seen__lt=before(7))),
     }

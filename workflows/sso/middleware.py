@@ -4,8 +4,6 @@ import time
 
 from django.conf import settings
 from django.contrib.auth import logout
-from django.contrib.auth.signals import user_logged_in
-from django.dispatch import receiver
 from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -14,8 +12,8 @@ from django.utils.http import urlencode
 SIGNED_IN_AT = "tollgate_signed_in_at"
 
 
-@receiver(user_logged_in)
 def note_sign_in(sender, request, user, **kwargs):
+    """Stamp the session with its sign-in time (connected in the app's ready())."""
     if request is not None and hasattr(request, "session"):
         request.session[SIGNED_IN_AT] = int(time.time())
 

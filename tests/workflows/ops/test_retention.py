@@ -15,6 +15,7 @@ from tests.workflows.helpers import work
 from workflows import engine
 from workflows.models import (
     Approval,
+    ChatInteraction,
     Checkpoint,
     Notification,
     OutboxMessage,
@@ -107,6 +108,20 @@ def test_old_records_are_pruned_by_their_settings(history, settings, people):
     assert not WebhookDelivery.objects.filter(pk=delivered.pk).exists()
     assert WebhookDelivery.objects.filter(pk=pending.pk).exists()  # still owed
     assert not OutboxMessage.objects.filter(pk=done.pk).exists() and gone.pk
+
+
+def test_handled_chat_presses_are_pruned_but_unhandled_ones_kept(db, settings):
+    settings.TOLLGATE_KEEP_OUTBOX_DAYS = 7
+    long_ago = timezone.now() - timedelta(days=10)
+    handled = ChatInteraction.objects.create(provider="slack", digest="a", payload={},
+                                             received_at=long_ago, done_at=long_ago)
+    recent = ChatInteraction.objects.create(provider="slack", digest="b", payload={},
+                                            done_at=timezone.now())
+    owed = ChatInteraction.objects.create(provider="slack", digest="c", payload={},
+                                          received_at=long_ago)
+    assert retention.prune_records()["chat_interactions"] == 1
+    assert set(ChatInteraction.objects.values_list("pk", flat=True)) == {recent.pk, owed.pk}
+    assert not ChatInteraction.objects.filter(pk=handled.pk).exists()
 
 
 def _webhook():

@@ -1,5 +1,6 @@
 """A real OpenID Connect provider process (panva's oidc-provider on Node.js, with its
-development login page) on 127.0.0.1, for the sign-on tests."""
+development login page) on 127.0.0.1, for the sign-on tests (tests/browser/conftest.py
+offers the fixture)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import browser, page  # noqa: F401  (the real browser)
-
-PROVIDER_DIR = Path(__file__).parent / "provider"
+PROVIDER_DIR = Path(__file__).parent / "oidc_provider"
 CLIENT_ID, CLIENT_SECRET = "tollgate", "client-secret-for-tests"
 
 
