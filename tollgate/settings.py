@@ -265,6 +265,10 @@ else:
 
 TOLLGATE_LEASE_SECONDS = float(os.environ.get("TOLLGATE_LEASE_SECONDS", "30"))
 TOLLGATE_SWEEP_SECONDS = int(os.environ.get("TOLLGATE_SWEEP_SECONDS", "10"))
+# Reminders for gates whose spec declares none (0: none): the first this many seconds after
+# a gate starts waiting, then one every TOLLGATE_REMIND_EVERY_SECONDS, up to its deadline.
+TOLLGATE_REMIND_AFTER_SECONDS = float(os.environ.get("TOLLGATE_REMIND_AFTER_SECONDS", "0"))
+TOLLGATE_REMIND_EVERY_SECONDS = float(os.environ.get("TOLLGATE_REMIND_EVERY_SECONDS", "0"))
 # Dotted paths a spec's `callable` may name; an entry ending in ".*" allows a whole module.
 # Who reads runs (pages, outputs, params, state, audit exports, the API): "all" signed-in
 # people, or "involved": a run's requester, members of its gates' groups, operators

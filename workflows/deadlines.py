@@ -1,4 +1,5 @@
-"""Deadlines: gates past theirs are rejected or escalated, wait steps fail or are skipped."""
+"""Deadlines: gates past theirs are rejected or escalated, wait steps fail or are skipped;
+and the reminders before them."""
 
 from __future__ import annotations
 
@@ -25,4 +26,18 @@ def apply(now=None, limit: int = 1000) -> int:
                 done += bool(expire(step_id))
             except Exception:  # one bad row must not hold every other deadline back
                 log.exception("Could not apply the deadline of step %s", step_id)
+    return done
+
+
+def remind(now=None, limit: int = 1000) -> int:
+    """Send every reminder that is due; served by the partial index on gates' reminders."""
+    now = now or clock.now()
+    due = list(Step.objects.filter(status=StepStatus.WAITING_APPROVAL, remind_at__lte=now)
+               .order_by("remind_at").values_list("pk", flat=True)[:limit])
+    done = 0
+    for step_id in due:
+        try:
+            done += bool(engine.remind_gate(step_id))
+        except Exception:
+            log.exception("Could not remind the approvers of step %s", step_id)
     return done

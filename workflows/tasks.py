@@ -93,6 +93,12 @@ def apply_gate_deadlines() -> None:
 
 
 @db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
+def send_gate_reminders() -> None:
+    with presence.periodic("send_gate_reminders"):
+        deadlines.remind()
+
+
+@db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
 def fold_goal_tallies() -> None:
     with presence.periodic("fold_goal_tallies"):
         fold_tallies()

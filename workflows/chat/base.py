@@ -61,6 +61,9 @@ class ChatProvider(Protocol):
     def update(self, channel: str, ref: str, message: GateMessage) -> None:
         """Show the gate as it is now (quorum, decisions, final state, buttons or none)."""
 
+    def remind(self, channel: str, ref: str, message: GateMessage) -> None:
+        """Remind the channel that the gate still waits (a reply to its message)."""
+
     def open_form(self, press: Press, message: GateMessage) -> None:
         """Open the gate's form (its fields and a comment) for a press, within the
         platform's time limit."""

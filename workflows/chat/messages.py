@@ -100,9 +100,10 @@ def gate_message_of_attempt(gate: Step, row: ChatMessage):
     return message
 
 
-def sync(chat, run_id: int, keys: list[str]) -> None:
+def sync(chat, run_id: int, keys: list[str], reminded=()) -> None:
     """The "chat" outbox job: the named gates of a run, and with an empty key (the run
-    ended) every gate of it whose message still shows buttons."""
+    ended) every gate of it whose message still shows buttons; then a reminder in the
+    thread of each `reminded` gate's message, while it still waits."""
     gates = Step.objects.select_related("run", "run__spec", "run__requested_by").filter(
         run_id=run_id, kind=StepKind.APPROVAL)
     named = Q(key__in=[key for key in keys if key])
@@ -111,3 +112,10 @@ def sync(chat, run_id: int, keys: list[str]) -> None:
                    .values("step_id"))
     for gate in gates.filter(named).order_by("index"):
         sync_gate(chat, gate)
+    for gate in gates.filter(key__in=reminded, status=StepStatus.WAITING_APPROVAL):
+        message = gate_message(gate)
+        if not message.open:
+            continue
+        for row in ChatMessage.objects.filter(step=gate, attempt=gate.attempt, final=False
+                                              ).exclude(ref=""):
+            chat.remind(row.channel, row.ref, message)

@@ -180,6 +180,15 @@ class Slack:
         self.client.chat_update(channel=channel, ts=ref, text=_text(message),
                                 blocks=blocks(message))
 
+    def remind(self, channel: str, ref: str, message: GateMessage) -> None:
+        # In the gate's thread, also sent to the channel, so it is seen without opening it.
+        text = (f"Reminder: *{message.title}* still waits on {message.group} "
+                f"({message.approved} of {message.required} approvals).")
+        if message.deadline_at:
+            text += " " + _deadline(message)
+        self.client.chat_postMessage(channel=channel, thread_ts=ref, reply_broadcast=True,
+                                     text=text, unfurl_links=False)
+
     def open_form(self, press: Press, message: GateMessage) -> None:
         self.client.views_open(trigger_id=press.trigger, view=modal(press, message))
 

@@ -51,6 +51,8 @@ def notification_events(announcement: Announcement) -> list[tuple[str, str]]:
         events.append(("gate_decided", step_key))
     if checkpoint.kind == CheckpointKind.GATE_ESCALATED:
         events.append(("gate_escalated", step_key))
+    if checkpoint.kind == CheckpointKind.GATE_REMINDED:
+        events.append(("gate_reminded", step_key))
     if announcement.run_failed:
         events.append(("run_failed", step_key))
     return events
@@ -58,13 +60,15 @@ def notification_events(announcement: Announcement) -> list[tuple[str, str]]:
 
 def chat_events(announcement: Announcement) -> list[tuple[str, str]]:
     """("gate", key) for each gate whose chat message this checkpoint changes (opened,
-    decided, escalated, retried), and ("run", "") when the run ended (its gates' messages
-    lose their buttons)."""
+    decided, escalated, retried), ("remind", key) for a reminder (said in the message's
+    thread), and ("run", "") when the run ended (its gates' messages lose their buttons)."""
     checkpoint = announcement.checkpoint
     keys = set(checkpoint.evidence.get("gates_opened", []))
     if checkpoint.step_id and checkpoint.step.kind == StepKind.APPROVAL:
         keys.add(checkpoint.step.key)
     events = [("gate", key) for key in sorted(keys)]
+    if checkpoint.kind == CheckpointKind.GATE_REMINDED:
+        events.append(("remind", checkpoint.step.key))
     if announcement.run_ended:
         events.append(("run", ""))
     return events
@@ -118,7 +122,9 @@ def deliver(message_id: int, now=None) -> str:
         elif message.job == OutboxJob.CHAT:
             chat = slack.provider()
             if chat is not None:  # turned off since: nothing to update
-                chat_messages.sync(chat, message.run_id, [key for _, key in events])
+                chat_messages.sync(chat, message.run_id,
+                                   [key for kind, key in events if kind != "remind"],
+                                   reminded=[key for kind, key in events if kind == "remind"])
         elif message.job == OutboxJob.CHILDREN:
             engine.children.cancel_children(
                 message.run_id, f"Run {message.run_id} cancelled it: "

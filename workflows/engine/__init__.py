@@ -15,7 +15,7 @@ Modules: `errors`, `rules` (settled, ready, run status, next move: shared by Pyt
 from ..errors import IllegalTransition, InvalidInput, NotFound, NotPermitted, WorkflowError
 from . import children, compensations
 from .commit import Announcement, transition_committed, transition_recording
-from .gates import approve, decide_many, expire_gate, form_values, reject
+from .gates import approve, decide_many, expire_gate, form_values, reject, remind_gate
 from .moves import require_operator
 from .rows import claimable_exists
 from .rules import RUN_HAS_HARD_FAILURE, next_move, ready_filters, ready_steps, retry_delay
@@ -51,7 +51,8 @@ __all__ = [
     "complete_step", "expire_gate", "expire_lease", "expire_leases", "expire_wait", "fail_step",
     "next_move",
     "note_lease_overdue", "note_sweep_failure", "open_run", "ready_filters", "ready_steps",
-    "record_child", "record_transition", "reject", "release_compensation", "renew_leases",
+    "record_child", "record_transition", "reject", "release_compensation", "remind_gate",
+    "renew_leases",
     "require_operator", "reschedule", "retry_delay", "retry_step", "skip_step", "start_step",
     "transition_committed", "transition_recording",
 ]

@@ -27,6 +27,7 @@ from .moves import (
     decided_keys,
     fail_for_good,
     merge_state,
+    next_reminder,
     require_open,
     reserve_key,
 )
@@ -174,6 +175,8 @@ def expire_gate(step_id: int) -> Checkpoint | None:
             step.approval_group = approval["escalate_to"]
             step.escalated_at = now
             close_gate(step)
+            step.reminders_sent = 0  # the new group's reminders start afresh
+            step.remind_at = next_reminder(step, now)
             return commit(state, CheckpointKind.GATE_ESCALATED, actor="deadline", step=step,
                           summary=f"No decision from {previous} after {waited}; escalated to "
                                   f"{step.approval_group}",
@@ -183,6 +186,39 @@ def expire_gate(step_id: int) -> Checkpoint | None:
                       "timed out waiting for approval")
         return commit(state, CheckpointKind.GATE_TIMED_OUT, actor="deadline", step=step,
                       summary=step.last_summary)
+
+
+def remind_gate(step_id: int) -> Checkpoint | None:
+    """Remind a waiting gate's approvers, when its reminder is due: a checkpoint that says
+    who was reminded (the outbox mails them, and posts in the gate's chat thread), and the
+    next reminder planned. Nothing once the gate is decided, its run ended or it moved on."""
+    with locked(None, step_id=step_id) as state:
+        run, step = state.run, state.find(step_id)
+        now = clock.now()
+        if (step is None or step.status != StepStatus.WAITING_APPROVAL or run.is_terminal
+                or step.remind_at is None or step.remind_at > now):
+            return None
+        step.reminders_sent += 1
+        step.remind_at = next_reminder(step, now)
+        waited = (now - step.waiting_since) if step.waiting_since else None
+        told = list(permissions.deciders(run, step).values_list("username", flat=True)[:50])
+        summary = f"Reminder {step.reminders_sent}: {step.title} waits on {step.approval_group}"
+        if waited is not None:
+            summary += f" (for {_duration(waited.total_seconds())})"
+        if step.deadline_at:
+            summary += f"; its deadline is in {_duration((step.deadline_at - now).total_seconds())}"
+        return commit(state, CheckpointKind.GATE_REMINDED, actor="reminder", step=step,
+                      summary=summary, evidence={"reminder": step.reminders_sent,
+                                                 "group": step.approval_group, "told": told})
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 2 * 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    return f"{seconds // 86400} days"
 
 
 BULK_LIMIT = 100

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.conf import settings
+
 from workflows.specs.values import BadValue, check_json
 
 from .. import permissions
@@ -141,6 +143,26 @@ def open_gate(gate: Step, now) -> None:
     timeout = approval.get("timeout_seconds")
     gate.deadline_at = now + timedelta(seconds=min(timeout, MAX_DELAY_SECONDS * 5)) if (
         timeout) else None
+    gate.reminders_sent = 0
+    gate.remind_at = next_reminder(gate, now)
+
+
+def next_reminder(gate: Step, now):
+    """When the gate's approvers are next reminded: `remind_after_seconds` after it starts
+    waiting, then every `remind_every_seconds` (the TOLLGATE_REMIND_* settings for a gate
+    that declares neither), never at or after its deadline; None when no reminder is due."""
+    approval = gate.config.get("approval", {})
+    if {"remind_after_seconds", "remind_every_seconds"} & set(approval):
+        after = approval.get("remind_after_seconds", 0)
+        every = approval.get("remind_every_seconds", 0)
+    else:
+        after = settings.TOLLGATE_REMIND_AFTER_SECONDS
+        every = settings.TOLLGATE_REMIND_EVERY_SECONDS
+    wait = (after or every) if gate.reminders_sent == 0 else every
+    if not wait:
+        return None
+    at = now + timedelta(seconds=wait)
+    return None if gate.deadline_at and at >= gate.deadline_at else at
 
 
 def start_waiting(step: Step, now) -> None:
@@ -154,3 +176,4 @@ def start_waiting(step: Step, now) -> None:
 
 def close_gate(gate) -> None:
     gate.deadline_at = None
+    gate.remind_at = None

@@ -264,6 +264,9 @@ class Step(HeldByProcess):
     # When a waiting gate times out (its spec's timeout_seconds); cleared once it is decided.
     deadline_at = models.DateTimeField(null=True, blank=True)
     escalated_at = models.DateTimeField(null=True, blank=True)
+    # When a waiting gate's approvers are next reminded (see engine.gates.remind_gate).
+    remind_at = models.DateTimeField(null=True, blank=True)
+    reminders_sent = models.PositiveIntegerField(default=0)
     compensation = models.JSONField(null=True, blank=True)
     lease_owner = models.CharField(max_length=200, blank=True)
     # When the queue was last rung for this step; the sweeper re-rings what looks lost.
@@ -319,6 +322,11 @@ class Step(HeldByProcess):
                 fields=["deadline_at"],
                 condition=Q(status="waiting_approval", deadline_at__isnull=False),
                 name="step_gate_deadline_idx",
+            ),
+            models.Index(
+                fields=["remind_at"],
+                condition=Q(status="waiting_approval", remind_at__isnull=False),
+                name="step_gate_reminder_idx",
             ),
             models.Index(
                 fields=["deadline_at"],
@@ -464,6 +472,7 @@ class CheckpointKind(models.TextChoices):
     STEP_REJECTED = "step_rejected"
     GATE_ESCALATED = "gate_escalated"
     GATE_TIMED_OUT = "gate_timed_out"
+    GATE_REMINDED = "gate_reminded"
     COMPENSATED = "compensated"
     COMPENSATION_FAILED = "compensation_failed"
     LEASE_OVERDUE = "lease_overdue", "lease overdue, holder alive"

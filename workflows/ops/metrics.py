@@ -44,13 +44,13 @@ claim_seconds = Histogram("tollgate_claim_latency_seconds",
                           "From a step's doorbell to a worker starting it",
                           buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120))
 gate_events = Counter("tollgate_gate_events_total",
-                      "Gate decisions and what deadlines did", ["event"])
+                      "Gate decisions, reminders and what deadlines did", ["event"])
 lease_events = Counter("tollgate_lease_events_total",
                        "Leases reclaimed, noted overdue, and stale results", ["event"])
 GATE_EVENTS = {
     CheckpointKind.APPROVAL_RECORDED: "approval", CheckpointKind.STEP_APPROVED: "approved",
     CheckpointKind.STEP_REJECTED: "rejected", CheckpointKind.GATE_ESCALATED: "escalated",
-    CheckpointKind.GATE_TIMED_OUT: "timed_out",
+    CheckpointKind.GATE_TIMED_OUT: "timed_out", CheckpointKind.GATE_REMINDED: "reminded",
 }
 LEASE_EVENTS = {
     CheckpointKind.LEASE_RECOVERED: "expired", CheckpointKind.LEASE_OVERDUE: "overdue",

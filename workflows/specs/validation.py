@@ -35,7 +35,7 @@ ACCOUNT_FIELDS = {"profile", "tool"}
 PROMPT_LIMIT = 20000
 APPROVAL_FIELDS = {
     "group", "required", "allow_self_approval", "timeout_seconds", "on_timeout", "escalate_to",
-    "form",
+    "form", "remind_after_seconds", "remind_every_seconds",
 }
 # A step's `when`: where to look (shared state or params, a dotted path) and one test.
 WHEN_SOURCES = ("state", "params")
@@ -65,6 +65,8 @@ LIMITS = {
     "retry_backoff_seconds": 86400,
     "retry_backoff_max_seconds": 7 * 86400,
     "timeout_seconds": 30 * 86400,
+    "remind_after_seconds": 30 * 86400,
+    "remind_every_seconds": 30 * 86400,
     "required": 100,
     "max_parallel": 10000,
 }
@@ -275,6 +277,11 @@ def _validate_approval(where: str, approval) -> dict:
     if not isinstance(approval.get("allow_self_approval", False), bool):
         _fail(where, "allow_self_approval must be true or false")
     _number(where, approval, "timeout_seconds", positive=True)
+    # Reminders sooner than a minute apart would be noise, not nudges.
+    for field in ("remind_after_seconds", "remind_every_seconds"):
+        _number(where, approval, field, positive=True)
+        if approval.get(field, 60) < 60:
+            _fail(where, f"{field} must be at least 60, got {approval[field]}")
     on_timeout = approval.get("on_timeout")
     if on_timeout is not None and on_timeout not in ("reject", "escalate"):
         _fail(where, f"on_timeout must be 'reject' or 'escalate', got {on_timeout!r}")

@@ -265,3 +265,23 @@ def test_an_escalated_gate_moves_to_the_new_groups_channel(slack, people):
     posts = slack.calls_of("chat.postMessage")
     assert [p["channel"] for p in posts] == ["C-QA", "C-OPS"]
     assert "ops" in json.dumps(slack.calls_of("chat.update")[-1]["blocks"])
+
+
+def test_a_reminder_is_said_in_the_gates_thread_while_it_waits(slack, people):
+    from workflows import deadlines
+
+    run, gate = gate_waiting(people, month="November")
+    [post] = slack.calls_of("chat.postMessage")
+    Step.objects.filter(pk=gate.pk).update(remind_at=clock.now() - timedelta(seconds=1))
+    assert deadlines.remind() == 1
+    [_, reminder] = slack.calls_of("chat.postMessage")
+    ref = ChatMessage.objects.get(step=gate).ref
+    assert reminder["channel"] == "C-QA" and reminder["thread_ts"] == ref
+    assert reminder["text"].startswith("Reminder: *Finance sign-off* still waits on qa "
+                                       "(0 of 2 approvals). Decide by <!date^")
+    # Decided before the outbox got to a second reminder: nothing more is said.
+    Step.objects.filter(pk=gate.pk).update(remind_at=clock.now() - timedelta(seconds=1))
+    engine.approve(run, "sign", user=people["bob"])
+    engine.approve(run, "sign", user=people["carol"])
+    assert deadlines.remind() == 0
+    assert len(slack.calls_of("chat.postMessage")) == 2
