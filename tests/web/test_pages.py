@@ -316,8 +316,9 @@ class TestQueryCounts:
         with django_assert_num_queries(10):
             client.get(f"/runs/{waiting.pk}/")
         # session, user, gates, the evidence (dependency steps, decisions), the brief (every
-        # step of the gates' runs), the inbox count, and the two permission lookups of the nav
-        with django_assert_num_queries(9):
+        # step of the gates' runs), the filters' choices, who else may decide and who was
+        # told, the inbox count, and the two permission lookups of the nav
+        with django_assert_num_queries(12):
             client.get("/")
 
     def test_run_list_is_constant(self, client, release_spec, people):
@@ -612,7 +613,7 @@ class TestLiveInbox:
         as_user(client, people["carol"])
         body = client.get("/").content.decode()
         assert body.count('class="card gate"') == 2
-        assert "Showing the 2 oldest of the 3 gates waiting on you" in body
+        assert "Showing the first 2 gates of this view (3 wait on you in all)" in body
         assert f'id="gate-{waiting.steps.get(key="qa").pk}"' in body  # the oldest is shown
 
     def test_a_poll_cannot_probe_gates_of_other_groups(self, client, waiting, people):

@@ -3,6 +3,10 @@ the gate's form), and the inbox's gates built from it."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from datetime import timedelta
+
+from django.contrib.auth import get_user_model
 from django.db.models import Count, F, Q
 
 from workflows import briefs
@@ -19,7 +23,7 @@ from workflows.briefs import (  # noqa: F401  (the card's read model, named here
     short,
     trail_entry,
 )
-from workflows.models import Step
+from workflows.models import Notification, Step
 from workflows.permissions import decidable_by
 from workflows.web.forms import gate_form
 
@@ -28,16 +32,81 @@ from workflows.web.forms import gate_form
 INBOX_LIMIT = 50
 
 
-def inbox_gates(user) -> list:
-    """The oldest gates waiting on this user (at most INBOX_LIMIT), each with its evidence."""
-    return gate_evidence(list(decidable_by(user).select_related(
+# The inbox's orders: how long a gate has waited (the default), or its deadline (those
+# without one last); both served by the partial indexes on waiting gates.
+SORTS = {"age": ("waiting_since", "pk"),
+         "deadline": (F("deadline_at").asc(nulls_last=True), "waiting_since", "pk")}
+
+
+def inbox_query(user, view: dict | None = None):
+    """The gates waiting on this user, narrowed and ordered as the inbox's URL asks
+    (`view`: sort, group, spec, goal; see forms.InboxView)."""
+    view = view or {}
+    gates = decidable_by(user)
+    if view.get("group"):
+        gates = gates.filter(approval_group=view["group"])
+    if view.get("spec"):
+        gates = gates.filter(run__spec_name=view["spec"])
+    if view.get("goal"):
+        gates = gates.filter(run__goal_id=view["goal"].pk)
+    return gates.order_by(*SORTS[view.get("sort") or "age"])
+
+
+def inbox_choices(user) -> dict:
+    """What the inbox's filters offer: the groups, workflows and goals of the gates waiting
+    on this user (one query)."""
+    rows = set(decidable_by(user).order_by().values_list(
+        "approval_group", "run__spec_name", "run__goal_id", "run__goal__title").distinct())
+    return {"group_choices": sorted({row[0] for row in rows}),
+            "spec_choices": sorted({row[1] for row in rows}),
+            "goal_choices": sorted({(row[2], row[3]) for row in rows if row[2]},
+                                   key=lambda goal: goal[1])}
+
+
+def inbox_gates(user, view: dict | None = None) -> list:
+    """The first INBOX_LIMIT gates of the inbox's view, each with its evidence and who else
+    may decide it and who was told of it."""
+    gates = gate_evidence(list(inbox_query(user, view).select_related(
         "run", "run__spec", "run__goal", "run__requested_by")[:INBOX_LIMIT]))
+    audiences(gates, user)
+    return gates
 
 
-def inbox_versions(user) -> dict[int, str]:
+def audiences(gates: list, user) -> None:
+    """Set each gate's `others` (who else may decide it now: its group, less the requester
+    unless self-approval is allowed, less whoever decided) and `told` (who was mailed of it
+    this attempt, and when, newest first): two queries for any number of gates."""
+    members = defaultdict(list)
+    groups = {gate.approval_group for gate in gates}
+    for group, pk, name in (get_user_model().objects.filter(
+            is_active=True, groups__name__in=groups)
+            .values_list("groups__name", "pk", "username").order_by("username")):
+        members[group].append((pk, name))
+    told = defaultdict(list)
+    if gates:
+        notes = (Notification.objects.filter(
+            run_id__in={gate.run_id for gate in gates},
+            event__in=("gate_waiting", "gate_escalated", "gate_reminded"))
+            .values_list("run_id", "key", "event", "user__username", "created_at")
+            .order_by("-created_at", "-pk"))
+        for run_id, key, event, name, at in notes:
+            told[(run_id, key.rsplit(":", 1)[-1])].append(
+                {"user": name, "at": at, "reminder": event == "gate_reminded"})
+    for gate in gates:
+        decided = {d.user_id for d in getattr(gate, "decisions", [])}
+        gate.others = [name for pk, name in members[gate.approval_group]
+                       if pk != user.pk and pk not in decided
+                       and (gate.allow_self_approval or pk != gate.run.requested_by_id)]
+        # Mail of earlier attempts is older than this one's start; mail is recorded after
+        # its checkpoint commits, and the margin covers clocks of different processes.
+        since = gate.waiting_since - timedelta(seconds=5) if gate.waiting_since else None
+        gate.told = [t for t in told[(gate.run_id, gate.key)] if since is None or t["at"] >= since]
+
+
+def inbox_versions(user, view: dict | None = None) -> dict[int, str]:
     """The inbox's gates by id with their `version` (see gate_evidence), in one query and
     without their evidence: what a live inbox's poll compares before it builds any card."""
-    rows = (decidable_by(user)
+    rows = (inbox_query(user, view)
             .annotate(decided=Count("approvals", filter=Q(approvals__attempt=F("attempt"))))
             .values_list("pk", "attempt", "decided")[:INBOX_LIMIT])
     return {pk: f"{attempt}.{decided}" for pk, attempt, decided in rows}

@@ -8,6 +8,22 @@ from django.forms.utils import ErrorDict
 from goals.models import Goal
 
 
+class InboxView(forms.Form):
+    """The inbox's order and filters, read from its URL (?sort=deadline|age, ?group=,
+    ?spec=, ?goal=); a value that is not one of them is refused by name."""
+
+    sort = forms.ChoiceField(required=False, choices=[("age", "Waiting longest"),
+                                                      ("deadline", "Deadline soonest")])
+    group = forms.CharField(required=False, max_length=150)
+    spec = forms.SlugField(required=False, max_length=100, label="Workflow")
+    goal = forms.ModelChoiceField(required=False, queryset=Goal.objects.all())
+
+    def view(self) -> dict:
+        """The valid parts (a refused one is left out, and its error shown)."""
+        return {name: value for name, value in self.cleaned_data.items()
+                if name not in self.errors and value}
+
+
 def field_for(param: dict) -> forms.Field:
     """A Django form field for one declared param; the engine coerces and checks again."""
     common = {"label": param["label"], "help_text": param.get("description", ""),

@@ -7,6 +7,7 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 
 from tollgate.query import whole_number
@@ -21,6 +22,17 @@ from workflows.permissions import (
     decide_refusal,
 )
 from workflows.web import cards
+from workflows.web.forms import InboxView
+
+
+def _view(request) -> tuple[InboxView, dict, str]:
+    """The inbox's order and filters from its URL: (the form, its valid parts, them as a
+    query string for the live poll and the links)."""
+    form = InboxView(request.GET)
+    form.is_valid()
+    view = form.view()
+    query = urlencode({name: getattr(value, "pk", value) for name, value in view.items()})
+    return form, view, query
 
 
 @require_GET
@@ -30,8 +42,11 @@ def inbox(request):
     template = "workflows/inbox.html"
     if request.htmx:
         template += "#gates"
-    return render(request, template, {"gates": cards.inbox_gates(request.user),
-                                      "inbox_limit": cards.INBOX_LIMIT})
+    form, view, query = _view(request)
+    choices = cards.inbox_choices(request.user)
+    return render(request, template, {"gates": cards.inbox_gates(request.user, view),
+                                      "inbox_limit": cards.INBOX_LIMIT, "view_form": form,
+                                      "view": view, "view_query": query, **choices})
 
 
 def _inbox_update(request):
@@ -45,11 +60,12 @@ def _inbox_update(request):
         pk, _, version = item.partition(":")
         if (gate_id := whole_number(pk)) is not None:
             have[gate_id] = version
-    current = cards.inbox_versions(request.user)
+    _, view, _ = _view(request)
+    current = cards.inbox_versions(request.user, view)
     left_ids = [pk for pk in have if pk not in current]
     if not left_ids and all(have.get(pk) == version for pk, version in current.items()):
         return HttpResponse(status=204)
-    gates = cards.inbox_gates(request.user)
+    gates = cards.inbox_gates(request.user, view)
     arrived = [gate for gate in gates if gate.pk not in have]
     changed = [gate for gate in gates if gate.pk in have and have[gate.pk] != gate.version]
     left = cards.gates_left(request.user, left_ids)
