@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils.timezone import now as timezone_now
 
 from workflows.models import OPEN_RUN_STATUSES, Approval, Decision, Run, Step, StepStatus
@@ -133,6 +133,35 @@ def due_gates(now, soon_seconds: float = 24 * 3600) -> list[dict]:
         elif gate.due:
             entry["soon"].append(gate)
     return list(groups.values())
+
+
+# How long gates have waited, in bands (seconds, the band's label).
+WAIT_BANDS = ((3600, "under 1 h"), (4 * 3600, "1-4 h"), (86400, "4-24 h"),
+              (3 * 86400, "1-3 days"), (7 * 86400, "3-7 days"), (None, "over 7 days"))
+
+
+def waiting_distribution(now) -> dict:
+    """For managers: per group, how many waiting gates have waited how long (WAIT_BANDS);
+    one aggregate query whatever their number. {"bands": labels, "groups": [{"group",
+    "counts", "total"}], "most": the largest count (the scale)}."""
+    counts, lower = {}, None
+    for i, (upper, _) in enumerate(WAIT_BANDS):
+        band = Q()
+        if upper is not None:
+            band &= Q(waiting_since__gt=now - timedelta(seconds=upper))
+        if lower is not None:
+            band &= Q(waiting_since__lte=now - timedelta(seconds=lower))
+        counts[f"band{i}"] = Count("pk", filter=band)
+        lower = upper
+    rows = (Step.objects.filter(status=StepStatus.WAITING_APPROVAL,
+                                run__status__in=OPEN_RUN_STATUSES, waiting_since__isnull=False)
+            .values("approval_group").annotate(**counts).order_by("approval_group"))
+    groups = [{"group": row["approval_group"],
+               "counts": [row[f"band{i}"] for i in range(len(WAIT_BANDS))]} for row in rows]
+    for group in groups:
+        group["total"] = sum(group["counts"])
+    return {"bands": [label for _, label in WAIT_BANDS], "groups": groups,
+            "most": max((c for g in groups for c in g["counts"]), default=0)}
 
 
 OUTPUT_TAIL_LINES = 5

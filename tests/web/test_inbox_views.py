@@ -118,3 +118,25 @@ def test_each_card_says_who_else_may_decide_and_who_was_told(client, people, set
     body = client.get("/").content.decode()
     assert "1 other may decide" in body and "Also may decide: <bdi>erin</bdi>." in body
     assert run.pk and "frank" not in body
+
+
+def test_the_deadlines_page_shows_waiting_time_per_group_as_a_distribution(client, people,
+                                                                          gates):
+    from django.contrib.auth.models import Permission
+
+    from workflows import briefs
+
+    # One more qa gate that has waited ten days.
+    long_ago = engine.open_run(spec("release", "qa"), actor=people["alice"]).run
+    Step.objects.filter(run=long_ago).update(waiting_since=timezone.now() - timedelta(days=10))
+    waited = briefs.waiting_distribution(timezone.now())
+    assert waited["bands"] == ["under 1 h", "1-4 h", "4-24 h", "1-3 days", "3-7 days",
+                               "over 7 days"]
+    # Waiting 4, 3, 2 and 1 hours (the 1-hour one by a hair over) and ten days.
+    assert [(g["group"], g["counts"], g["total"]) for g in waited["groups"]] == [
+        ("managers", [0, 1, 1, 0, 0, 0], 2), ("qa", [0, 2, 0, 0, 0, 1], 3)]
+    people["dave"].user_permissions.add(Permission.objects.get(codename="export_audit"))
+    client.force_login(people["dave"])
+    body = client.get("/gates/due/").content.decode()
+    assert "How long the waiting gates have waited" in body
+    assert '<th scope="row">qa</th>' in body and 'max="2" value="1"' in body

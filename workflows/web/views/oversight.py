@@ -10,7 +10,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from tollgate.exports import csv_download
-from workflows import selectors
+from workflows import briefs, selectors
 from workflows.models import Notification
 from workflows.ops import operations
 from workflows.permissions import (
@@ -46,13 +46,14 @@ def dev_mail(request):
 
 @require_GET
 def gates_due(request):
-    """For managers (staff and export_audit, as the audit): per group, the gates overdue,
-    due within a day, and escalated."""
+    """For managers (staff and export_audit, as the audit): per group, how long the waiting
+    gates have waited, and the gates overdue, due within a day, and escalated."""
     if not can_export_audit(request.user):
         return HttpResponseForbidden("The deadlines view is for managers (staff or the "
                                      "export_audit permission).")
+    now = timezone.now()
     return render(request, "workflows/gates_due.html",
-                  {"groups": cards.due_gates(timezone.now())})
+                  {"groups": cards.due_gates(now), "waited": briefs.waiting_distribution(now)})
 
 
 @require_GET
