@@ -158,9 +158,11 @@ def waiting_distribution(now) -> dict:
             .values("approval_group").annotate(**counts).order_by("approval_group"))
     groups = [{"group": row["approval_group"],
                "counts": [row[f"band{i}"] for i in range(len(WAIT_BANDS))]} for row in rows]
+    labels = [label for _, label in WAIT_BANDS]
     for group in groups:
         group["total"] = sum(group["counts"])
-    return {"bands": [label for _, label in WAIT_BANDS], "groups": groups,
+        group["cells"] = list(zip(labels, group["counts"], strict=True))
+    return {"bands": labels, "groups": groups,
             "most": max((c for g in groups for c in g["counts"]), default=0)}
 
 
