@@ -4,6 +4,7 @@ rules (see `workflows.permissions`), or by their deadline."""
 from __future__ import annotations
 
 from workflows.specs.params import FieldErrors, coerce
+from workflows.specs.values import duration
 
 from .. import clock, permissions
 from ..errors import IllegalTransition, InvalidInput, NotPermitted, WorkflowError
@@ -204,21 +205,12 @@ def remind_gate(step_id: int) -> Checkpoint | None:
         told = list(permissions.deciders(run, step).values_list("username", flat=True)[:50])
         summary = f"Reminder {step.reminders_sent}: {step.title} waits on {step.approval_group}"
         if waited is not None:
-            summary += f" (for {_duration(waited.total_seconds())})"
+            summary += f" (for {duration(waited)})"
         if step.deadline_at:
-            summary += f"; its deadline is in {_duration((step.deadline_at - now).total_seconds())}"
+            summary += f"; its deadline is in {duration(step.deadline_at - now)}"
         return commit(state, CheckpointKind.GATE_REMINDED, actor="reminder", step=step,
                       summary=summary, evidence={"reminder": step.reminders_sent,
                                                  "group": step.approval_group, "told": told})
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 3600:
-        return f"{seconds // 60} min"
-    if seconds < 2 * 86400:
-        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
-    return f"{seconds // 86400} days"
 
 
 BULK_LIMIT = 100

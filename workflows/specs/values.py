@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from datetime import timedelta
 
 MAX_DEPTH = 64
 
@@ -64,3 +65,26 @@ def fill(text: str, shared_state: dict | None, params: dict | None) -> str:
         return "" if value is None else str(value)
 
     return PLACEHOLDER.sub(text_of, text or "")
+
+
+def duration(value) -> str:
+    """A timedelta (or seconds) for people: '12 s', '6 min', '1 h 5 min', '2 d 3 h'."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, int | float):
+        value = timedelta(seconds=value)
+    if not isinstance(value, timedelta):
+        return str(value)
+    seconds = value.total_seconds()
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = int(seconds // 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days} d {hours} h" if hours else f"{days} d"
+    if hours:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    return f"{minutes} min"

@@ -1,5 +1,4 @@
 import json
-from datetime import timedelta
 
 import nh3
 from django import template
@@ -9,6 +8,7 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from markdown_it import MarkdownIt
 
+from workflows.specs import values
 from workflows.specs.values import readable
 
 register = template.Library()
@@ -39,25 +39,7 @@ def pretty_json(value) -> str:
 @register.filter
 def duration(value) -> str:
     """A timedelta (or seconds) for people: '12 s', '6 min', '1 h 5 min', '2 d 3 h'."""
-    if value is None or value == "":
-        return ""
-    if isinstance(value, int | float):
-        value = timedelta(seconds=value)
-    if not isinstance(value, timedelta):
-        return str(value)
-    seconds = value.total_seconds()
-    if seconds < 10:
-        return f"{seconds:.1f} s"
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    minutes = int(seconds // 60)
-    hours, minutes = divmod(minutes, 60)
-    days, hours = divmod(hours, 24)
-    if days:
-        return f"{days} d {hours} h" if hours else f"{days} d"
-    if hours:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    return f"{minutes} min"
+    return values.duration(value)
 
 
 @register.filter
