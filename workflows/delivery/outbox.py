@@ -63,12 +63,12 @@ def chat_events(announcement: Announcement) -> list[tuple[str, str]]:
     decided, escalated, retried), ("remind", key) for a reminder (said in the message's
     thread), and ("run", "") when the run ended (its gates' messages lose their buttons)."""
     checkpoint = announcement.checkpoint
+    if checkpoint.kind == CheckpointKind.GATE_REMINDED:
+        return [("remind", checkpoint.step.key)]  # the message itself has not changed
     keys = set(checkpoint.evidence.get("gates_opened", []))
     if checkpoint.step_id and checkpoint.step.kind == StepKind.APPROVAL:
         keys.add(checkpoint.step.key)
     events = [("gate", key) for key in sorted(keys)]
-    if checkpoint.kind == CheckpointKind.GATE_REMINDED:
-        events.append(("remind", checkpoint.step.key))
     if announcement.run_ended:
         events.append(("run", ""))
     return events
