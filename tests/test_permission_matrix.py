@@ -8,22 +8,24 @@ and whether anything changed.
 from __future__ import annotations
 
 import io
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.test import Client
+from django.utils import timezone
 
 from goals.models import Goal
 from workflows import engine, processes
-from workflows.models import ApiToken, Run, WorkflowSpec
+from workflows.models import ApiToken, Checkpoint, Preference, Run, WorkflowSpec
 
 from .conftest import make_user
 
 pytestmark = pytest.mark.django_db
 
-ROLES = ["anonymous", "member", "approver", "requester", "operator", "staff", "manager",
-         "superuser"]
+ROLES = ["anonymous", "member", "approver", "delegate", "requester", "operator", "staff",
+         "manager", "superuser"]
 COMMAND_SPEC = {"name": "build-only", "steps": [{"key": "b", "run": {"command": ["true"]}}]}
 
 
@@ -33,6 +35,8 @@ def world(release_spec):
     users = {
         "member": make_user("mia"),
         "approver": make_user("bob", "qa"),
+        # In no group: bob is away and named her his delegate, so she decides what he may.
+        "delegate": make_user("dee"),
         # In the approver group too: the self-approval rule is what stops her.
         "requester": make_user("rita", "qa", perms=("add_run",)),
         "operator": make_user("olga", "operators",
@@ -45,6 +49,10 @@ def world(release_spec):
         "superuser": make_user("root", is_staff=True, is_superuser=True),
     }
     make_user("carol", "qa")
+    now = timezone.now()
+    Preference.objects.create(user=users["approver"], delegate=users["delegate"],
+                              away_from=now - timedelta(hours=1),
+                              away_until=now + timedelta(days=7))
     rita = users["requester"]
     gate = engine.open_run(release_spec, actor=rita, title="gate").run
     engine.start_step(gate, "build")
@@ -94,6 +102,7 @@ EFFECTS = {
     "retry": lambda w: step_status(w["failed"], "build") == "pending",
     "skip": lambda w: step_status(w["fresh"], "build") == "skipped",
     "skip_gate": lambda w: step_status(w["gate"], "qa") == "skipped",
+    "reassign": lambda w: Checkpoint.objects.filter(run=w["gate"], kind="gate_reassigned").exists(),
     "cancel": lambda w: Run.objects.get(pk=w["fresh"].pk).status == "cancelled",
     "recover": lambda w: step_status(w["stuck"], "build") == "retrying",
     "start": lambda w: Run.objects.count() == 5,
@@ -113,8 +122,9 @@ EFFECTS = {
 
 # Who may do it; everyone else is refused. (skip_gate: nobody, whoever asks.)
 ALLOWED = {
-    "approve": {"approver"},
-    "reject": {"approver"},
+    "approve": {"approver", "delegate"},
+    "reject": {"approver", "delegate"},
+    "reassign": {"operator", "superuser"},
     "retry": {"operator", "superuser"},
     "skip": {"operator", "superuser"},
     "skip_gate": set(),
@@ -157,6 +167,8 @@ def web_press(world, role, action, *, htmx=False):
         "retry": (world["failed"], "build", "retry", {}),
         "skip": (world["fresh"], "build", "skip", {"comment": "prebuilt"}),
         "skip_gate": (world["gate"], "qa", "skip", {"comment": "hurry"}),
+        "reassign": (world["gate"], "qa", "reassign", {"group": "operators",
+                                                       "comment": "qa is away"}),
     }[action]
     return client.post(f"/runs/{run.pk}/steps/{key}/{verb}/", data)
 
@@ -192,6 +204,8 @@ def api_call(world, role, action):
         "retry": (f"/api/runs/{failed}/steps/build/retry", {}),
         "skip": (f"/api/runs/{fresh}/steps/build/skip", {"reason": "prebuilt"}),
         "skip_gate": (f"/api/runs/{gate}/steps/qa/skip", {"reason": "hurry"}),
+        "reassign": (f"/api/runs/{gate}/steps/qa/reassign", {"group": "operators",
+                                                             "reason": "qa is away"}),
         "cancel": (f"/api/runs/{fresh}/cancel", {"reason": "matrix"}),
         "recover": (f"/api/runs/{world['stuck'].pk}/recover", {}),
         "start": ("/api/runs", {"spec": "release"}),
@@ -222,7 +236,8 @@ def expect(world, action, role, response, *, denied: int, success=(200, 201, 302
                                                   response.content[:300])
 
 
-WEB_ACTIONS = ["approve", "reject", "retry", "skip", "skip_gate", "cancel", "recover"]
+WEB_ACTIONS = ["approve", "reject", "reassign", "retry", "skip", "skip_gate", "cancel",
+               "recover"]
 
 
 def web_action(world, role, action, *, htmx=False):
@@ -257,6 +272,22 @@ def test_api(world, action, role):
     assert response["Content-Type"].startswith("application/json")
 
 
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("entry", ["web", "htmx", "api"])
+def test_a_reassigned_gate_is_decided_by_its_new_approver_alone(world, role, entry):
+    engine.reassign_gate(world["gate"], "qa", actor=world["users"]["operator"],
+                         person=world["users"]["member"], reason="mia knows the release")
+    if entry == "api":
+        response = api_call(world, role, "approve")
+    else:
+        response = web_press(world, role, "approve", htmx=entry == "htmx")
+    approved = EFFECTS["approve"](world)
+    # The qa group (bob, and dee for him) no longer decides it; mia does.
+    assert approved == (role == "member"), (entry, role, response.status_code)
+    if role not in ("member", "anonymous"):
+        assert response.status_code == 403, (entry, role, response.status_code)
+
+
 ADMIN = {
     "cancel": ("/admin/workflows/run/", "cancel_runs", lambda w: w["fresh"].pk),
     "goal_change": ("/admin/goals/goal/", "mark_completed", lambda w: w["goal"].pk),
@@ -274,7 +305,8 @@ def test_admin_action(world, action, role):
                                                "_selected_action": [pk(world)]})
     changed = EFFECTS[action](world)
     assert changed == (role in ADMIN_ALLOWED[action]), (action, role)
-    if role in ("anonymous", "member", "approver", "requester", "operator", "manager"):
+    if role in ("anonymous", "member", "approver", "delegate", "requester", "operator",
+                "manager"):
         assert response.status_code == 302 and "login" in response["Location"]
 
 
@@ -346,7 +378,8 @@ class TestCommandsActAsTheSystem:
 
 # Reading under TOLLGATE_RUN_VISIBILITY "involved": the gate's run is its requester's, its
 # approver group's, the operators' and the superusers'; every entry point follows the rule.
-READERS = {"requester", "approver", "operator", "superuser"}
+# The delegate reads what her gates are on while she decides for bob.
+READERS = {"requester", "approver", "delegate", "operator", "superuser"}
 
 
 def read_cell(world, role, entry):

@@ -13,6 +13,7 @@ from .models import (
     Approval,
     ChatIdentity,
     Checkpoint,
+    Preference,
     Run,
     Schedule,
     SpecStatus,
@@ -192,9 +193,10 @@ class RunAdmin(admin.ModelAdmin):
 class ApprovalAdmin(admin.ModelAdmin):
     """Decisions are the audit trail: read only, never deleted (the model refuses too)."""
 
-    list_display = ["step", "attempt", "user", "decision", "channel", "chat_identity", "at"]
+    list_display = ["step", "attempt", "user", "on_behalf_of", "decision", "channel",
+                    "chat_identity", "at"]
     list_filter = ["decision", "channel"]
-    list_select_related = ["step", "user"]
+    list_select_related = ["step", "user", "on_behalf_of"]
 
     def get_queryset(self, request):
         queryset = super().get_queryset(request)
@@ -218,6 +220,17 @@ def revoke_tokens(modeladmin, request, queryset):
 
     count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
     modeladmin.message_user(request, f"{count} token(s) revoked.")
+
+
+@admin.register(Preference)
+class PreferenceAdmin(admin.ModelAdmin):
+    """A person's time zone, their manager (a gate's `manager` rule) and, while they are
+    away, their delegate: an admin sets these for anyone (the model's clean checks them)."""
+
+    list_display = ["user", "manager", "delegate", "away_from", "away_until", "time_zone"]
+    list_select_related = ["user", "manager", "delegate"]
+    search_fields = ["user__username", "manager__username", "delegate__username"]
+    autocomplete_fields = ["user", "manager", "delegate"]
 
 
 @admin.register(ApiToken)

@@ -11,7 +11,16 @@ from datetime import timedelta
 from django.db.models import Count, Q
 from django.utils.timezone import now as timezone_now
 
-from workflows.models import OPEN_RUN_STATUSES, Approval, Decision, Run, Step, StepStatus
+from workflows.engine.rules import condition_holds
+from workflows.models import (
+    OPEN_RUN_STATUSES,
+    Approval,
+    Decision,
+    GateRule,
+    Run,
+    Step,
+    StepStatus,
+)
 from workflows.specs.values import fill, readable
 
 VALUE_CHARS = 80  # a value longer than this is shortened on the card, whole on demand
@@ -184,9 +193,39 @@ def decisions_by_gate(gates: list) -> dict[int, list[Approval]]:
     """Every decision on these gates, oldest first, by gate id (one query)."""
     decided: dict[int, list[Approval]] = {}
     for approval in (Approval.objects.filter(step__in=[g.pk for g in gates])
-                     .select_related("user").order_by("at")):
+                     .select_related("user", "on_behalf_of").order_by("at")):
         decided.setdefault(approval.step_id, []).append(approval)
     return decided
+
+
+def rules_by_gate(gates: list) -> dict[int, list[GateRule]]:
+    """The approval rules of each gate's current attempt, stage by stage (one query)."""
+    wanted = Q(pk__in=[])
+    for gate in gates:
+        wanted |= Q(step_id=gate.pk, attempt=gate.attempt)
+    found: dict[int, list[GateRule]] = {gate.pk: [] for gate in gates}
+    for rule in GateRule.objects.filter(wanted).select_related("user").order_by(
+            "step_id", "order", "position"):
+        found[rule.step_id].append(rule)
+    return found
+
+
+def rules_not_applied(gate, rules) -> list[tuple[str, str]]:
+    """(label, why) for each of the spec's rules that did not match this attempt."""
+    spec = gate.config.get("approval", {}).get("rules") or []
+    if not rules:
+        return []
+    matched = {rule.position for rule in rules}
+    run = gate.run
+    return [(rule.get("label", ""), condition_holds(rule["when"], run.shared_state or {},
+                                                    run.params or {})[1])
+            for position, rule in enumerate(spec) if position not in matched and "when" in rule]
+
+
+def decided_people(decisions) -> set[int]:
+    """Who has decided, among these decisions of one attempt: each decider, and whom a
+    delegate decided for (see permissions.decided_people)."""
+    return {pk for d in decisions for pk in (d.user_id, d.on_behalf_of_id) if pk}
 
 
 def output_of(step: Step) -> dict:
@@ -198,10 +237,11 @@ def output_of(step: Step) -> dict:
 
 
 def gate_evidence(gates: list) -> list:
-    """Give each gate what its approvers decide with, in four queries whatever the count:
+    """Give each gate what its approvers decide with, in five queries whatever the count:
     `instructions`, `decisions` (this attempt's, for quorum progress) and their
-    `version`, `due` (the deadline in words), and the brief (brief: params, the trail
-    of steps before it, each direct dependency's output, consequences)."""
+    `version`, `rules` (which apply to this run, which are met), `due` (the deadline in
+    words), and the brief (brief: params, the trail of steps before it, each direct
+    dependency's output, consequences)."""
     if not gates:
         return gates
     wanted = Q(pk__in=[])
@@ -210,12 +250,17 @@ def gate_evidence(gates: list) -> list:
     outputs = {(s.run_id, s.key): output_of(s) for s in Step.objects.filter(wanted).only(
         "run_id", "key", "last_evidence")}
     decided = decisions_by_gate(gates)
+    rules = rules_by_gate(gates)
     brief(gates)
     now = timezone_now()
     for gate in gates:
         gate.instructions = fill_placeholders(gate.config.get("description", ""), gate.run)
         gate.decisions, gate.approved = approvals_of_attempt(decided.get(gate.pk, []),
                                                              gate.attempt)
+        gate.rules = rules[gate.pk]
+        gate.waits_on = ", ".join(r.audience for r in gate.rules if r.open) or (
+            gate.approval_group)
+        gate.rules_not_applied = rules_not_applied(gate, gate.rules)
         # What the live inbox compares to know a card's quorum line changed.
         gate.version = f"{gate.attempt}.{len(gate.decisions)}"
         gate.due = deadline(gate, now)

@@ -1,16 +1,32 @@
 """Who may do what. The engine enforces these rules; pages, the API and mail only ask them.
 
 The gate rule is written once here in two forms that must agree (a test pins it): a
-predicate for one user and gate (`decide_refusal`), and querysets for the inbox
-(`decidable_by`) and for the people a notification goes to (`deciders`).
+predicate for one user and gate (`choose_rule`, which `decide_refusal` and the engine ask),
+and querysets for the inbox (`decidable_by`) and for the people a notification goes to
+(`deciders`). A gate waits on the open rules of its attempt (`GateRule`, see
+`engine.policy`); a person decides as themselves or for someone away who named them their
+delegate, and counts once either way.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from .models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, StepStatus
+from . import clock
+from .models import (
+    OPEN_RUN_STATUSES,
+    Approval,
+    GateRule,
+    Preference,
+    Run,
+    RunStatus,
+    Step,
+    StepStatus,
+)
 
 OPERATE = "workflows.operate_run"
 START = "workflows.add_run"
@@ -39,56 +55,165 @@ def group_names(user) -> set[str]:
     return user._tollgate_groups
 
 
-def decide_refusal(user, run, step, *, groups: set[str] | None = None) -> str | None:
-    """Why this user may not decide this gate now, or None when they may.
+@dataclass(frozen=True)
+class Principal:
+    """Someone a person decides as: themselves, or a person away whose delegate they are."""
 
-    `groups` are the user's group names when the caller has just read them (the engine
-    does, under the run lock). Whether they already decided this attempt is the engine's
-    to check under the lock too.
-    """
-    name = user.get_username() if is_person(user) else "anonymous"
+    pk: int
+    name: str
+    groups: frozenset[str]
+    delegated: bool = False
+
+
+def delegators(user, now=None) -> list[Principal]:
+    """The people whose gates this user decides now (their away period holds and they named
+    this user their delegate), with their groups: one query."""
+    now = now or clock.now()
+    found: dict[int, tuple[str, set]] = {}
+    for pk, name, group in (get_user_model().objects.filter(
+            is_active=True, tollgate_preference__delegate=user,
+            tollgate_preference__away_from__lte=now, tollgate_preference__away_until__gt=now)
+            .values_list("pk", get_user_model().USERNAME_FIELD, "groups__name")):
+        found.setdefault(pk, (name, set()))[1].add(group)
+    return [Principal(pk, name, frozenset(g for g in groups if g), delegated=True)
+            for pk, (name, groups) in sorted(found.items())]
+
+
+def principals(user, *, groups: set[str] | None = None, fresh: bool = False
+               ) -> list[Principal]:
+    """Whom `user` decides as: themselves, then each person who delegated to them now.
+    `fresh` reads again what a page may have cached on the user (the engine does)."""
+    own = Principal(user.pk, user.get_username(),
+                    frozenset(group_names(user) if groups is None else groups))
+    return [own, *acting_for(user, fresh=fresh)]
+
+
+def acting_for(user, *, fresh: bool = False) -> list[Principal]:
+    """`delegators(user)`, read once per request (kept on the user object)."""
+    if fresh or not hasattr(user, "_tollgate_delegators"):
+        user._tollgate_delegators = delegators(user)
+    return user._tollgate_delegators
+
+
+def choose_rule(user, run, step, rules, decided: set[int], people: list[Principal]):
+    """The open rule `user`'s decision counts toward, and whom it is made as (a Principal:
+    the user, or the person away they decide for), or why they may not decide: the one gate
+    rule. `decided`: who decided this attempt already, themselves or through a delegate."""
+    name = user.get_username()
+    if user.pk in decided:
+        return f"{name} has already decided {step.key}."
+    waiting = [rule for rule in rules if rule.open]
+    refusal = None
+    for rule in waiting:
+        for person in people:
+            if not (rule.group in person.groups if rule.group else rule.user_id == person.pk):
+                continue
+            if person.delegated and run.requested_by_id == user.pk:
+                refusal = refusal or (f"{name} requested run {run.pk}: a delegate never "
+                                      "decides their own runs.")
+            elif person.delegated and person.pk in decided:
+                refusal = refusal or f"{person.name} has already decided {step.key}."
+            elif run.requested_by_id == person.pk and not rule.allow_self_approval:
+                refusal = refusal or (
+                    f"{name} requested run {run.pk} and cannot decide its gate {step.key}."
+                    if not person.delegated else
+                    f"{person.name} requested run {run.pk}, so their delegate {name} cannot "
+                    f"decide its gate {step.key}.")
+            else:
+                return rule, person
+    if refusal:
+        return refusal
+    groups = [rule.group for rule in waiting if rule.group]
+    people_waited = [rule.audience for rule in waiting if not rule.group]
+    if groups and not people_waited:
+        return (f"{name} is not in the {' or '.join(repr(g) for g in groups)} group, which "
+                f"decides {step.key}.")
+    return f"{name} may not decide {step.key}: it waits on {', '.join(groups + people_waited)}."
+
+
+def decided_people(step) -> set[int]:
+    """Who decided the gate's current attempt: each decider, and whom a delegate decided for."""
+    decided = set()
+    for user_id, for_id in Approval.objects.filter(step=step, attempt=step.attempt).values_list(
+            "user_id", "on_behalf_of_id"):
+        decided.update(pk for pk in (user_id, for_id) if pk)
+    return decided
+
+
+def decide_refusal(user, run, step, *, groups: set[str] | None = None, rules=None,
+                   decided: set[int] | None = None) -> str | None:
+    """Why this user may not decide this gate now, or None when they may (`choose_rule`
+    over the gate's rules, who decided and the user's delegations; a page that has read the
+    `rules` of the attempt and who `decided` passes them)."""
     if not is_person(user) or not user.is_authenticated or not user.is_active:
         return "Only a signed-in member of the approver group may decide a gate."
     if step.status != StepStatus.WAITING_APPROVAL or run.status not in OPEN_RUN_STATUSES:
         return f"{step.key} is not waiting for approval."
-    if step.approval_group not in (group_names(user) if groups is None else groups):
-        return (f"{name} is not in the {step.approval_group!r} group, which decides "
-                f"{step.key}.")
-    if run.requested_by_id == user.pk and not step.allow_self_approval:
-        return f"{name} requested run {run.pk} and cannot decide its gate {step.key}."
-    return None
+    if rules is None:
+        rules = list(GateRule.objects.filter(step=step, attempt=step.attempt, open=True)
+                     .select_related("user").order_by("order", "position"))
+    chosen = choose_rule(user, run, step, rules,
+                         decided_people(step) if decided is None else decided,
+                         principals(user, groups=groups))
+    return chosen if isinstance(chosen, str) else None
 
 
-def can_decide(user, run, step, decided_step_ids: set[int]) -> bool:
-    """True when this user may approve or reject this gate now (the buttons)."""
-    return decide_refusal(user, run, step) is None and step.pk not in decided_step_ids
+def _fillable(pk) -> QuerySet:
+    """Open rules a person is an approver of (by group or by name), self-approval aside."""
+    return GateRule.objects.filter(Q(group__in=Group.objects.filter(user=pk).values("name"))
+                                   | Q(user_id=pk), open=True)
 
 
-def decidable_by(user) -> QuerySet[Step]:
-    """Gates this user may decide now: their group, not yet decided by them, not self-barred."""
+def _decided_as(pk) -> Exists:
+    return Exists(Approval.objects.filter(Q(user=pk) | Q(on_behalf_of=pk),
+                                          step=OuterRef("pk"), attempt=OuterRef("attempt")))
+
+
+def _may_fill(pk) -> Q:
+    """Gates with an open rule this person may fill: self-approval allowed, or not theirs."""
+    rules = _fillable(pk)
+    return (Q(pk__in=rules.filter(allow_self_approval=True).values("step_id"))
+            | (Q(pk__in=rules.values("step_id")) & ~Q(run__requested_by=pk)))
+
+
+def decidable_by(user, *, people: list[Principal] | None = None) -> QuerySet[Step]:
+    """Gates this user may decide now (`choose_rule` as a query): an open rule they or a
+    person they decide for (`people`: their delegators, read when not given) may fill, not
+    yet decided by either, never a delegate's own run."""
     if not (is_person(user) and user.is_authenticated and user.is_active):
         return Step.objects.none()
-    decided = Approval.objects.filter(step=OuterRef("pk"), attempt=OuterRef("attempt"),
-                                      user=user)
-    return (
-        Step.objects.filter(status=StepStatus.WAITING_APPROVAL,
-                            approval_group__in=user.groups.values("name"),
-                            run__status__in=OPEN_RUN_STATUSES)
-        .exclude(Q(run__requested_by=user) & Q(allow_self_approval=False))
-        .exclude(Exists(decided))
-        .order_by("waiting_since", "pk")
-    )
+    people = acting_for(user) if people is None else people
+    may = _may_fill(user.pk) & ~_decided_as(user.pk)
+    for person in people:
+        may |= (_may_fill(person.pk) & ~_decided_as(person.pk) & ~_decided_as(user.pk)
+                & ~Q(run__requested_by=user.pk))
+    return (Step.objects.filter(status=StepStatus.WAITING_APPROVAL,
+                                run__status__in=OPEN_RUN_STATUSES)
+            .filter(may).order_by("waiting_since", "pk"))
 
 
 def deciders(run, step) -> QuerySet:
-    """The people who may decide this gate now and have not yet (a notification's audience)."""
-    users = get_user_model().objects.filter(is_active=True, groups__name=step.approval_group)
+    """The people who may decide this gate now and have not yet (a notification's audience):
+    its open rules' approvers, and the delegates of those who are away."""
+    users = get_user_model().objects.filter(is_active=True)
     if step.status != StepStatus.WAITING_APPROVAL or run.status not in OPEN_RUN_STATUSES:
         return users.none()
-    if not step.allow_self_approval and run.requested_by_id:
-        users = users.exclude(pk=run.requested_by_id)
-    return users.exclude(pk__in=Approval.objects.filter(
-        step=step, attempt=step.attempt).values("user_id")).distinct()
+    who = Q(pk__in=[])
+    for rule in GateRule.objects.filter(step=step, attempt=step.attempt, open=True):
+        member = Q(groups__name=rule.group) if rule.group else Q(pk=rule.user_id)
+        if not rule.allow_self_approval and run.requested_by_id:
+            member &= ~Q(pk=run.requested_by_id)
+        who |= member
+    decided = decided_people(step)
+    approvers = users.filter(who).exclude(pk__in=decided)
+    now = clock.now()
+    delegates = Preference.objects.filter(
+        user__in=approvers.values("pk"), away_from__lte=now, away_until__gt=now,
+        delegate__isnull=False).values("delegate_id")
+    found = users.filter(Q(pk__in=approvers.values("pk")) | Q(pk__in=delegates))
+    if run.requested_by_id:  # a delegate never decides their own run
+        found = found.exclude(~Q(pk__in=approvers.values("pk")) & Q(pk=run.requested_by_id))
+    return found.exclude(pk__in=decided).distinct()
 
 
 def can_work_on(user, run) -> bool:
@@ -109,6 +234,12 @@ def can_skip(user, run, step) -> bool:
     return (step.kind != "approval" and run_allows and can_operate(user)
             and step.status in (StepStatus.PENDING, StepStatus.FAILED, StepStatus.BLOCKED,
                                 StepStatus.RETRYING, StepStatus.RUNNING))
+
+
+def can_reassign(user, run, step) -> bool:
+    """Point a waiting gate at another group or person: an operator's move."""
+    return (step.kind == "approval" and step.status == StepStatus.WAITING_APPROVAL
+            and run.status in OPEN_RUN_STATUSES and can_operate(user))
 
 
 def can_cancel(user, run) -> bool:
@@ -144,8 +275,19 @@ def readable_runs(user, runs: QuerySet | None = None) -> QuerySet:
         return runs
     if not (is_person(user) and user.is_authenticated):
         return runs.none()
-    gated = Step.objects.filter(kind="approval", approval_group__in=user.groups.values("name"))
-    return runs.filter(Q(requested_by=user) | Q(pk__in=gated.values("run_id")))
+    involved = Q(requested_by=user) | Q(pk__in=Step.objects.filter(
+        kind="approval", approval_group__in=user.groups.values("name")).values("run_id"))
+    involved |= Q(pk__in=Step.objects.filter(pk__in=named_in_rules(user)).values("run_id"))
+    return runs.filter(involved)
+
+
+def named_in_rules(user) -> QuerySet:
+    """The ids of gates whose rules (open or not, any attempt) name this user or one of their
+    groups, or a person they decide for now."""
+    named = Q(pk__in=[])
+    for pk in [user.pk, *(person.pk for person in acting_for(user))]:
+        named |= Q(group__in=Group.objects.filter(user=pk).values("name")) | Q(user_id=pk)
+    return GateRule.objects.filter(named).values("step_id")
 
 
 def can_change_specs(user) -> bool:

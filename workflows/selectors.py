@@ -20,7 +20,7 @@ from .models import (
     SpecStatus,
     WorkflowSpec,
 )
-from .permissions import decidable_by
+from .permissions import acting_for, decidable_by
 from .specs.validation import masked
 from .templatetags.tollgate import label, pretty_json
 from .timezones import day_starts
@@ -29,7 +29,7 @@ from .timezones import day_starts
 def _decidable_by_user_id(user):
     from django.contrib.auth import get_user_model
 
-    return decidable_by(get_user_model()(pk=user, is_active=True)).order_by()
+    return decidable_by(get_user_model()(pk=user, is_active=True), people=[]).order_by()
 
 
 _INBOX_COUNT = CompiledQuery(_decidable_by_user_id, "user")
@@ -39,6 +39,8 @@ def inbox_count(user) -> int:
     """How many gates wait on the user (the header's count): `decidable_by`, compiled once."""
     if not (user.is_authenticated and user.is_active):
         return 0
+    if acting_for(user):  # deciding for someone away: their gates count too
+        return decidable_by(user).count()
     return _INBOX_COUNT.count(user=user.pk)
 
 
@@ -209,7 +211,7 @@ TIMELINE_COLUMNS = ["seq", "at", "kind", "step", "actor", "run_status", "step_st
                     "summary"]
 DECISION_COLUMNS = ["at", "run", "run_title", "step", "step_title", "attempt", "user",
                     "decision", "group", "comment", "values", "waited_seconds", "channel",
-                    "chat_identity"]
+                    "chat_identity", "for_user", "rule"]
 
 
 def run_audit(run: Run) -> dict:
@@ -248,12 +250,12 @@ def decision_rows(approvals: QuerySet[Approval]):
     rows = approvals.values_list("at", "step__run_id", "step__run__title", "step__key",
                                  "step__title", "attempt", "user__username", "decision",
                                  "group", "comment", "values", "waited_seconds", "channel",
-                                 "chat_identity")
+                                 "chat_identity", "on_behalf_of__username", "rule__label")
     for row in rows.iterator(chunk_size=2000):
         (at, run_id, title, key, step_title, attempt, user, decision, group, comment, values,
-         waited, channel, chat_identity) = row
+         waited, channel, chat_identity, for_user, rule) = row
         yield {"at": at.isoformat(), "run": run_id, "run_title": title, "step": key,
                "step_title": step_title, "attempt": attempt, "user": user,
                "decision": decision, "group": group, "comment": comment,
                "values": values or {}, "waited_seconds": waited, "channel": channel,
-               "chat_identity": chat_identity}
+               "chat_identity": chat_identity, "for_user": for_user or "", "rule": rule or ""}

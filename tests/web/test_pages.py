@@ -311,14 +311,16 @@ class TestQueryCounts:
 
     def test_pinned_counts(self, client, waiting, people, django_assert_num_queries):
         as_user(client, people["bob"])
-        # session, user, run, steps, approvals, checkpoints, groups, two permission
-        # lookups (user and group permissions) and the inbox count
-        with django_assert_num_queries(10):
-            client.get(f"/runs/{waiting.pk}/")
-        # session, user, gates, the evidence (dependency steps, decisions), the brief (every
-        # step of the gates' runs), the filters' choices, who else may decide and who was
-        # told, the inbox count, and the two permission lookups of the nav
+        # session, user, run, steps, approvals, checkpoints, the waiting gates' rules,
+        # groups, whom the user decides for, two permission lookups (user and group
+        # permissions) and the inbox count
         with django_assert_num_queries(12):
+            client.get(f"/runs/{waiting.pk}/")
+        # session, user, whom the user decides for, gates, the evidence (dependency steps,
+        # decisions, rules), the brief (every step of the gates' runs), the filters'
+        # choices, who else may decide and who was told, the inbox count, and the two
+        # permission lookups of the nav
+        with django_assert_num_queries(14):
             client.get("/")
 
     def test_run_list_is_constant(self, client, release_spec, people):

@@ -1,4 +1,5 @@
-"""A run's steps: approve, reject, retry, skip. Every write goes through the engine."""
+"""A run's steps: approve, reject, reassign, retry, skip. Every write goes through the
+engine."""
 
 from __future__ import annotations
 
@@ -48,6 +49,23 @@ def approve(request, run_id: Id, key: Key, payload: ApproveIn | None = None):
 def reject(request, run_id: Id, key: Key, payload: RejectIn):
     engine.reject(get_run(request, run_id), key, user=request.user, comment=payload.comment,
                   channel=Channel.API)
+    return fresh_run(request, run_id)
+
+
+class ReassignIn(Input):
+    reason: str = Field(min_length=1, max_length=500, description="why: required")
+    group: str = Field("", max_length=150, description="the group that decides it now")
+    person: str = Field("", max_length=150, description="or the username that decides it now")
+    rule: str = Field("", max_length=200,
+                      description="which waiting rule (its label), when the gate waits on several")
+
+
+@router.post("/runs/{run_id}/steps/{key}/reassign", response=DECIDE,
+             summary="Point a waiting gate at another group or person (operators)")
+def reassign(request, run_id: Id, key: Key, payload: ReassignIn):
+    engine.reassign_gate(get_run(request, run_id), key, actor=request.user,
+                         reason=payload.reason, group=payload.group, person=payload.person,
+                         rule=payload.rule)
     return fresh_run(request, run_id)
 
 

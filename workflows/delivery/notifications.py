@@ -46,10 +46,11 @@ def messages_for(checkpoint: Checkpoint, event: str, step_key: str):
     requester = run.requested_by if run.requested_by and run.requested_by.email else None
     link = links.absolute(run.get_absolute_url())
     context = {"run": run, "run_link": link, "checkpoint": checkpoint, "event": event}
-    if event in ("gate_waiting", "gate_escalated", "gate_reminded") and step is not None:
+    if event in ("gate_waiting", "gate_escalated", "gate_reminded", "gate_reassigned") and (
+            step is not None):
         gate = _gate_brief(run, step)
         members = deciders(run, step).exclude(email="")
-        verb = {"gate_escalated": "was escalated to",
+        verb = {"gate_escalated": "was escalated to", "gate_reassigned": "was reassigned to",
                 "gate_reminded": "still waits on"}.get(event, "waits on")
         reminder = "Reminder: " if event == "gate_reminded" else ""
         for user in members:
@@ -61,7 +62,7 @@ def messages_for(checkpoint: Checkpoint, event: str, step_key: str):
             text, html = _render("gate_waiting", {
                 **context, "gate": gate, "verb": verb, "user": user,
                 "decide_link": links.decision_url(user, step)}, zone)
-            yield (user, f"[Tollgate] {reminder}{step.title} {verb} {step.approval_group}{due}: "
+            yield (user, f"[Tollgate] {reminder}{step.title} {verb} {gate.waits_on}{due}: "
                          f"{run}", text, html)
         if event == "gate_escalated" and requester:
             text, html = _render("gate_escalated", {**context, "gate": gate},

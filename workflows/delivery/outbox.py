@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 BACKOFF_SECONDS = (10, 60, 300, 1800, 3600)
 CLAIM_SECONDS = 120  # a claimed message is this long away from being claimed again
-GATE_EVENTS = ("gate_waiting", "gate_decided", "gate_escalated")
+GATE_EVENTS = ("gate_waiting", "gate_decided", "gate_escalated", "gate_reassigned")
 
 
 def notification_events(announcement: Announcement) -> list[tuple[str, str]]:
@@ -46,6 +46,10 @@ def notification_events(announcement: Announcement) -> list[tuple[str, str]]:
     if (checkpoint.kind == CheckpointKind.STEP_RETRIED
             and checkpoint.step_status == StepStatus.WAITING_APPROVAL):
         events.append(("gate_waiting", step_key))
+    if checkpoint.evidence.get("stage_opened"):  # the next stage's approvers are told now
+        events.append(("gate_waiting", step_key))
+    if checkpoint.kind == CheckpointKind.GATE_REASSIGNED:
+        events.append(("gate_reassigned", step_key))
     if checkpoint.kind in (CheckpointKind.STEP_APPROVED, CheckpointKind.STEP_REJECTED,
                            CheckpointKind.GATE_TIMED_OUT):
         events.append(("gate_decided", step_key))

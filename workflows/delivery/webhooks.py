@@ -31,11 +31,19 @@ from django.db.models import F, Q
 from workflows import clock
 from workflows.delivery import links
 from workflows.delivery.addresses import RefusedAddress, resolve
-from workflows.models import Checkpoint, DeliveryStatus, Step, StepStatus, Webhook, WebhookDelivery
+from workflows.models import (
+    Checkpoint,
+    DeliveryStatus,
+    GateRule,
+    Step,
+    StepStatus,
+    Webhook,
+    WebhookDelivery,
+)
 
 log = logging.getLogger(__name__)
 
-GATE_EVENTS = ("gate_waiting", "gate_decided", "gate_escalated")
+GATE_EVENTS = ("gate_waiting", "gate_decided", "gate_escalated", "gate_reassigned")
 # Seconds before each retry; after the last, the delivery is marked failed.
 RETRY_DELAYS = (10, 60, 300, 1800)
 TIMEOUT_SECONDS = 10
@@ -50,7 +58,8 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
 
 def plan(checkpoint_id: int, events) -> list[int]:
     """Delivery rows for a checkpoint's gate events, one per event and active webhook of
-    the gate's group; planning again (a retried task) adds none. Returns new row ids."""
+    a group the gate's rules name; planning again (a retried task) adds none. Returns new
+    row ids."""
     checkpoint = (Checkpoint.objects.select_related("run", "run__requested_by", "actor")
                   .filter(pk=checkpoint_id).first())
     if checkpoint is None:
@@ -62,7 +71,10 @@ def plan(checkpoint_id: int, events) -> list[int]:
         step = Step.objects.filter(run_id=checkpoint.run_id, key=step_key).first()
         if step is None:
             continue
-        for webhook in Webhook.objects.filter(active=True, group=step.approval_group):
+        # Every group the gate's rules name is told (a webhook a group's own).
+        groups = {step.approval_group, *GateRule.objects.filter(
+            step=step, attempt=step.attempt).exclude(group="").values_list("group", flat=True)}
+        for webhook in Webhook.objects.filter(active=True, group__in=groups):
             key = f"{checkpoint.run_id}:{checkpoint.seq}:{event}:{step_key}"
             try:
                 with transaction.atomic():
@@ -88,6 +100,9 @@ def payload(event: str, checkpoint: Checkpoint, step: Step) -> dict:
                  "deadline": step.deadline_at.isoformat() if step.deadline_at else None},
         "summary": checkpoint.summary,
     }
+    if event == "gate_reassigned":
+        body["reassigned"] = {key: checkpoint.evidence.get(key)
+                              for key in ("rule", "from", "to", "reason")}
     if event == "gate_decided":
         outcome = {StepStatus.COMPLETED: "approved", StepStatus.FAILED: "rejected"}
         body["decision"] = {"outcome": outcome.get(checkpoint.step_status, "timed out"),

@@ -9,13 +9,22 @@ must follow a commit (ringing the queue, compensation, mail) is announced with t
 
 Modules: `errors`, `rules` (settled, ready, run status, next move: shared by Python and SQL),
 `rows` (locking and frontier rows), `moves` (what a transition does to a step), `commit`,
-`runs`, `steps` (work steps and leases), `gates` (approvals and deadlines), `compensations`.
+`runs`, `steps` (work steps and leases), `gates` (approvals and deadlines), `policy` (a
+gate's approval rules), `compensations`.
 """
 
 from ..errors import IllegalTransition, InvalidInput, NotFound, NotPermitted, WorkflowError
 from . import children, compensations
 from .commit import Announcement, transition_committed, transition_recording
-from .gates import approve, decide_many, expire_gate, form_values, reject, remind_gate
+from .gates import (
+    approve,
+    decide_many,
+    expire_gate,
+    form_values,
+    reassign_gate,
+    reject,
+    remind_gate,
+)
 from .moves import require_operator
 from .rows import claimable_exists
 from .rules import RUN_HAS_HARD_FAILURE, next_move, ready_filters, ready_steps, retry_delay
@@ -51,7 +60,8 @@ __all__ = [
     "complete_step", "expire_gate", "expire_lease", "expire_leases", "expire_wait", "fail_step",
     "next_move",
     "note_lease_overdue", "note_sweep_failure", "open_run", "ready_filters", "ready_steps",
-    "record_child", "record_transition", "reject", "release_compensation", "remind_gate",
+    "reassign_gate", "record_child", "record_transition", "reject", "release_compensation",
+    "remind_gate",
     "renew_leases",
     "require_operator", "reschedule", "retry_delay", "retry_step", "skip_step", "start_step",
     "transition_committed", "transition_recording",

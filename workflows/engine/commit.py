@@ -26,6 +26,7 @@ from ..models import (
     StepKind,
     StepStatus,
 )
+from . import policy
 from .moves import close_gate, open_gate, start_waiting
 from .rows import RunState, actor_of, owed_compensations
 from .rules import (
@@ -199,6 +200,7 @@ def _settle_run(state: RunState, frontier, step: Step | None, now, previous_stat
                 gate.status = StepStatus.PENDING
                 gate.waiting_since = None
                 close_gate(gate)
+                policy.close_rules(gate)
     if run.status == RunStatus.FAILED and previous_status != RunStatus.FAILED:
         _plan_compensations(state, now)
     if run.is_terminal:

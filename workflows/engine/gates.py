@@ -14,15 +14,15 @@ from ..models import (
     Checkpoint,
     CheckpointKind,
     Decision,
-    Run,
     Step,
     StepKind,
     StepStatus,
 )
-from . import sql
+from . import policy, sql
 from .commit import commit
 from .moves import (
     COMMENT_LIMIT,
+    REASON_LIMIT,
     check_text,
     close_gate,
     decided_keys,
@@ -30,26 +30,20 @@ from .moves import (
     merge_state,
     next_reminder,
     require_open,
+    require_operator,
     reserve_key,
 )
 from .rows import RunState, locked
 
 APPROVAL = sql.Table(Approval)
 APPROVAL_COLUMNS = ("step_id", "attempt", "user_id", "decision", "comment", "values",
-                    "group", "waited_seconds", "at", "channel", "chat_identity")
+                    "group", "waited_seconds", "at", "channel", "chat_identity", "rule_id",
+                    "on_behalf_of_id")
 
 
-def _check_approver(run: Run, step: Step, user) -> None:
-    groups = set(user.groups.values_list("name", flat=True)) if permissions.is_person(
-        user) and user.is_authenticated else set()
-    refusal = permissions.decide_refusal(user, run, step, groups=groups)
-    if refusal:
-        raise NotPermitted(refusal)
-
-
-def _gate(state: RunState, key, user, verb: str) -> tuple[Step, list[tuple[int, str]]]:
-    """The gate, if this user may decide it now, with this attempt's decisions so far
-    ((user id, decision) pairs)."""
+def _gate(state: RunState, key, user, verb: str):
+    """The gate, if this user may decide it now, with the rule their decision counts toward
+    and whom it is made as (the user, or the person away they decide for)."""
     run = state.run
     step = state.step(key)
     require_open(run, f"{verb} {key}")
@@ -58,14 +52,18 @@ def _gate(state: RunState, key, user, verb: str) -> tuple[Step, list[tuple[int, 
     if step.status != StepStatus.WAITING_APPROVAL:
         raise IllegalTransition(f"Cannot {verb} {key}: it is {step.status}, "
                                 "not waiting for approval.")
-    _check_approver(run, step, user)
-    with sql.cursor() as cursor:
-        cursor.execute(f"SELECT user_id, decision FROM {APPROVAL.name} WHERE step_id = %s "
-                       "AND attempt = %s", [step.pk, step.attempt])
-        decided = cursor.fetchall()
-    if any(user_id == user.pk for user_id, _ in decided):
-        raise IllegalTransition(f"{user.get_username()} has already decided {key}.")
-    return step, decided
+    if not (permissions.is_person(user) and user.is_authenticated and user.is_active):
+        raise NotPermitted("Only a signed-in member of the approver group may decide a gate.")
+    rules = policy.rules_of(step)
+    groups = set(user.groups.values_list("name", flat=True))
+    decided = permissions.decided_people(step)
+    chosen = permissions.choose_rule(user, run, step, rules, decided, permissions.principals(
+        user, groups=groups, fresh=True))
+    if isinstance(chosen, str):
+        # Deciding twice is a conflict with the record, not a matter of permission.
+        raise (IllegalTransition if user.pk in decided else NotPermitted)(chosen)
+    rule, person = chosen
+    return step, rules, rule, (person if person.delegated else None)
 
 
 def _channel(channel: str, chat_identity: str) -> tuple[str, str]:
@@ -76,7 +74,8 @@ def _channel(channel: str, chat_identity: str) -> tuple[str, str]:
 
 
 def _record_decision(step: Step, user, decision: str, comment: str,
-                     values: dict | None = None, *, via: tuple[str, str]) -> None:
+                     values: dict | None = None, *, via: tuple[str, str], rule,
+                     for_person) -> None:
     """Insert the decision now: the unique (step, attempt, user) is the last word on a
     second decision racing in."""
     now = clock.now()
@@ -84,7 +83,21 @@ def _record_decision(step: Step, user, decision: str, comment: str,
     with sql.cursor() as cursor:
         cursor.execute(*APPROVAL.insert(APPROVAL_COLUMNS, [(
             step.pk, step.attempt, user.pk, decision, comment, values or {},
-            step.approval_group, waited, now, *via)]))
+            rule.audience[:150], waited, now, *via, rule.pk,
+            for_person.pk if for_person else None)]))
+
+
+def _decision_evidence(rules, rule, for_person, via, opened) -> dict:
+    """What a decision's checkpoint says of the rules: the one it counted toward, whom it
+    was made for, each rule's standing, and the stage it opened."""
+    evidence = {"channel": via[0], "rule": rule.label,
+                "rules": [{"rule": r.label, "waits_on": r.audience, "approvals": r.approvals,
+                           "required": r.required, "met": r.met} for r in rules]}
+    if for_person:
+        evidence["for"] = for_person.name
+    if opened:
+        evidence["stage_opened"] = [r.label for r in opened]
+    return evidence
 
 
 def form_values(step: Step, given, *, posted: bool = False) -> dict:
@@ -114,9 +127,13 @@ def approve(run, key: str, *, user, comment: str = "", values: dict | None = Non
     comment = check_text(comment, "The comment", COMMENT_LIMIT)
     via = _channel(channel, chat_identity)
     with locked(run, key=key) as state:
-        step, decided = _gate(state, key, user, "approve")
+        step, rules, rule, for_person = _gate(state, key, user, "approve")
         filled = form_values(step, values, posted=posted)
-        _record_decision(step, user, Decision.APPROVE, comment, filled, via=via)
+        _record_decision(step, user, Decision.APPROVE, comment, filled, via=via, rule=rule,
+                         for_person=for_person)
+        now = clock.now()
+        opened = policy.count(rule, rules, Decision.APPROVE, now)
+        policy.summarize(step, rules)
         patch = {}
         if filled:
             # Earlier approvers' values stand beside these; anything else under the key
@@ -126,39 +143,58 @@ def approve(run, key: str, *, user, comment: str = "", values: dict | None = Non
             earlier = earlier if isinstance(earlier, dict) else {}
             patch = merge_state(state.run, {key: {**earlier, **filled}}, gate=key)
             reserve_key(state.run, key)
-        count = 1 + sum(1 for _, decision in decided if decision == Decision.APPROVE)
-        evidence = {"approvals": count, "required": step.approval_required, "channel": via[0]}
+        count = sum(r.approvals for r in rules)
+        evidence = {"approvals": count, "required": step.approval_required,
+                    **_decision_evidence(rules, rule, for_person, via, opened)}
         if filled:
             evidence["values"] = filled
         summary = comment or f"Approved ({count} of {step.approval_required})"
-        if count >= step.approval_required:
+        if for_person:
+            summary = f"For {for_person.name}: {summary}"
+        if all(r.met for r in rules):
             close_gate(step)
             step.status = StepStatus.COMPLETED
-            step.finished_at = clock.now()
+            step.finished_at = now
             step.last_summary = comment
             if patch:
                 step.last_state_patch = patch
             return commit(state, CheckpointKind.STEP_APPROVED, actor=user, step=step,
                           summary=summary, evidence=evidence, state_patch=patch)
+        if opened:  # the next stage's approvers are reminded on their own clock
+            step.reminders_sent = 0
+            step.remind_at = next_reminder(step, now)
         return commit(state, CheckpointKind.APPROVAL_RECORDED, actor=user, step=step,
                       summary=summary, evidence=evidence, state_patch=patch)
 
 
 def reject(run, key: str, *, user, comment: str, channel: str = Channel.WEB,
            chat_identity: str = "") -> Checkpoint:
-    """Reject a gate: it fails, with the comment as its reason."""
+    """Reject a gate. Under `"reject": "any"` (the default) it fails, with the comment as
+    its reason; under `"reject": "quorum"` it fails once a rule has as many rejections as
+    it needs approvals, and until then the rejection is recorded."""
     comment = check_text(comment, "The comment", COMMENT_LIMIT)
     via = _channel(channel, chat_identity)
     if not comment:
         raise InvalidInput("A comment is required to reject.")
     with locked(run, key=key) as state:
-        step, _ = _gate(state, key, user, "reject")
-        _record_decision(step, user, Decision.REJECT, comment, via=via)
+        step, rules, rule, for_person = _gate(state, key, user, "reject")
+        _record_decision(step, user, Decision.REJECT, comment, via=via, rule=rule,
+                         for_person=for_person)
+        policy.count(rule, rules, Decision.REJECT, clock.now())
+        evidence = _decision_evidence(rules, rule, for_person, via, [])
+        by = f"{user.get_username()}" + (f" for {for_person.name}" if for_person else "")
+        if (step.config.get("approval", {}).get("reject", "any") == "quorum"
+                and rule.rejections < rule.required):
+            return commit(state, CheckpointKind.REJECTION_RECORDED, actor=user, step=step,
+                          summary=f"Rejected by {by} ({rule.rejections} of {rule.required} "
+                                  f"rejections end it): {comment}",
+                          evidence={**evidence, "rejections": rule.rejections})
         close_gate(step)
-        fail_for_good(state.run, step, clock.now(), comment,
-                      f"rejected by {user.get_username()}: {comment}")
+        policy.close_rules(step)
+        fail_for_good(state.run, step, clock.now(), comment, f"rejected by {by}: {comment}")
         return commit(state, CheckpointKind.STEP_REJECTED, actor=user, step=step,
-                      summary=comment, evidence={"channel": via[0]})
+                      summary=comment if not for_person else f"For {for_person.name}: {comment}",
+                      evidence=evidence)
 
 
 def expire_gate(step_id: int) -> Checkpoint | None:
@@ -173,7 +209,12 @@ def expire_gate(step_id: int) -> Checkpoint | None:
         waited = f"{(now - step.waiting_since).total_seconds():.0f}s" if step.waiting_since else ""
         if approval.get("on_timeout") == "escalate" and not step.escalated_at:
             previous = step.approval_group
-            step.approval_group = approval["escalate_to"]
+            rules = policy.rules_of(step)
+            # Whoever the gate waits on now did not decide in time: the group decides.
+            for rule in rules:
+                if rule.open:
+                    previous = policy.retarget(rule, group=approval["escalate_to"])
+            policy.summarize(step, rules)
             step.escalated_at = now
             close_gate(step)
             step.reminders_sent = 0  # the new group's reminders start afresh
@@ -183,6 +224,7 @@ def expire_gate(step_id: int) -> Checkpoint | None:
                                   f"{step.approval_group}",
                           evidence={"from_group": previous, "to_group": step.approval_group})
         close_gate(step)
+        policy.close_rules(step)
         fail_for_good(run, step, now, f"No decision from {step.approval_group} after {waited}",
                       "timed out waiting for approval")
         return commit(state, CheckpointKind.GATE_TIMED_OUT, actor="deadline", step=step,
@@ -238,3 +280,60 @@ def decide_many(step_ids: list[int], *, user, decision: str, comment: str = ""
         except WorkflowError as exc:
             refused[gate.pk] = str(exc)
     return decided, refused
+
+
+def reassign_gate(run, key: str, *, actor, reason: str, group: str = "", person=None,
+                  rule: str = "") -> Checkpoint:
+    """An operator points a waiting gate at another group or person (`group`, or `person`:
+    a user or a username), with a reason: a checkpoint, and the new approvers are told. A
+    gate waiting on several rules needs `rule` (its label) to say which moves; decisions
+    already counted stay."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    require_operator(actor, f"reassign {key}")
+    reason = check_text(reason, "The reason", REASON_LIMIT)
+    if not reason:
+        raise InvalidInput("Say why the gate is reassigned: the reason is required.")
+    group = (group or "").strip()
+    if isinstance(person, str):
+        name = person.strip()
+        person = get_user_model().objects.filter(username=name, is_active=True).first() if (
+            name) else None
+        if name and person is None:
+            raise InvalidInput(f"There is no active person named {name!r}.")
+    if bool(group) == (person is not None):
+        raise InvalidInput("Reassign to a group or to a person: name exactly one.")
+    if group and not Group.objects.filter(name=group).exists():
+        raise InvalidInput(f"There is no group named {group!r}.")
+    if person is not None and not (permissions.is_person(person) and person.is_active):
+        raise InvalidInput("A gate can be reassigned only to an active person.")
+    with locked(run, key=key) as state:
+        step = state.step(key)
+        require_open(state.run, f"reassign {key}")
+        if step.kind != StepKind.APPROVAL or step.status != StepStatus.WAITING_APPROVAL:
+            raise IllegalTransition(f"Cannot reassign {key}: only a gate waiting for approval "
+                                    "can be reassigned.")
+        rules = policy.rules_of(step)
+        waiting = [r for r in rules if r.open and (not rule or r.label == rule)]
+        if not waiting:
+            raise InvalidInput(f"{key} has no waiting rule named {rule!r}; it waits on "
+                               f"{', '.join(r.label for r in rules if r.open)}.")
+        if len(waiting) > 1:
+            labels = ", ".join(r.label for r in waiting)
+            raise InvalidInput(f"{key} waits on several rules ({labels}): name the one to "
+                               "reassign.")
+        target = waiting[0]
+        if (person is not None and person.pk == state.run.requested_by_id
+                and not target.allow_self_approval):
+            raise InvalidInput(f"{person.get_username()} requested run {state.run.pk} and "
+                               "cannot decide its gate: reassign it to someone else.")
+        before = policy.retarget(target, group=group, user=person)
+        policy.summarize(step, rules)
+        now = clock.now()
+        step.reminders_sent = 0  # the new approvers' reminders start afresh
+        step.remind_at = next_reminder(step, now)
+        return commit(state, CheckpointKind.GATE_REASSIGNED, actor=actor, step=step,
+                      summary=f"Reassigned from {before} to {target.audience}: {reason}",
+                      evidence={"rule": target.label, "from": before, "to": target.audience,
+                                "reason": reason})

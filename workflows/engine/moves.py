@@ -11,6 +11,7 @@ from workflows.specs.values import BadValue, check_json
 from .. import permissions
 from ..errors import IllegalTransition, InvalidInput, NotPermitted
 from ..models import Run, Step, StepStatus
+from . import policy
 from .rows import actor_of
 from .rules import MAX_DELAY_SECONDS
 
@@ -135,7 +136,8 @@ def clear_lease(step: Step) -> None:
 
 
 def open_gate(gate: Step, now) -> None:
-    """A gate starts waiting on its group, with its deadline if the spec sets one."""
+    """A gate starts waiting on its approval rules (`policy.open_rules`), with its deadline
+    if the spec sets one."""
     approval = gate.config.get("approval", {})
     gate.status = StepStatus.WAITING_APPROVAL
     gate.attempt = max(gate.attempt, 1)
@@ -145,6 +147,7 @@ def open_gate(gate: Step, now) -> None:
         timeout) else None
     gate.reminders_sent = 0
     gate.remind_at = next_reminder(gate, now)
+    policy.open_rules(gate, now)
 
 
 def next_reminder(gate: Step, now):

@@ -194,8 +194,23 @@ def condition_holds(when: dict, shared_state: dict, params: dict) -> tuple[bool,
     if "not_equals" in when:
         return value != when["not_equals"], f"{where} is {shown}, the condition wants " \
                                             f"anything but {when['not_equals']!r}"
-    return value in when["in"], f"{where} is {shown}, the condition wants one of " \
-                                f"{', '.join(map(repr, when['in']))}"
+    if "in" in when:
+        return value in when["in"], f"{where} is {shown}, the condition wants one of " \
+                                    f"{', '.join(map(repr, when['in']))}"
+    test = next(name for name in COMPARISONS if name in when)
+    limit = when[test]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    wants = f"the condition wants a number {COMPARISONS[test][0]} {limit!r}"
+    # A value that is not a number (missing, text) never passes a comparison.
+    return (number and COMPARISONS[test][1](value, limit)), f"{where} is {shown}, {wants}"
+
+
+COMPARISONS = {
+    "gt": ("above", lambda value, limit: value > limit),
+    "gte": ("of at least", lambda value, limit: value >= limit),
+    "lt": ("below", lambda value, limit: value < limit),
+    "lte": ("of at most", lambda value, limit: value <= limit),
+}
 
 
 MAX_DELAY_SECONDS = 7 * 86400  # what spec validation allows; older rows are held to it too

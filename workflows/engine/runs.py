@@ -27,6 +27,7 @@ from ..models import (
     StepStatus,
     WorkflowSpec,
 )
+from . import policy
 from .commit import commit
 from .moves import (
     REASON_LIMIT,
@@ -224,7 +225,8 @@ def _new_steps(run: Run, items: list[dict]) -> list[Step]:
             continue_on_failure=item.get("continue_on_failure", False),
             max_retries=item.get("max_retries", 0),
             retry_backoff_seconds=item.get("retry_backoff_seconds", 0),
-            approval_group=approval.get("group", ""),
+            # Until it opens, the gate shows its first rule; open_gate matches them all.
+            approval_group=policy.spec_rules(approval)[0].get("group", "") if approval else "",
             approval_required=approval.get("required", 1),
             allow_self_approval=approval.get("allow_self_approval", False),
             compensation=item.get("compensation"),
@@ -239,7 +241,7 @@ def require_added_steps_allowed(actor, steps: list[dict]) -> None:
         approval = item.get("approval")
         if not approval:
             continue
-        if approval.get("allow_self_approval"):
+        if any(rule.get("allow_self_approval") for rule in policy.spec_rules(approval)):
             raise InvalidInput(f"step {item['key']!r}: a gate added to a running run cannot "
                                "allow self-approval.")
         require_operator(actor, f"add the gate {item['key']!r}")
@@ -281,6 +283,7 @@ def cancel_run(run, *, actor=None, reason: str = "") -> Checkpoint | None:
         open_steps.filter(Q(status=StepStatus.RUNNING) | Q(started_at__isnull=False)).update(
             **closed, finished_at=now)
         open_steps.update(**closed, finished_at=None)  # the rest never started
+        policy.close_rules_of_run(run)
         state.refresh()
         run.status = RunStatus.CANCELLED
         run.error = reason

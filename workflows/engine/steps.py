@@ -295,8 +295,7 @@ def retry_step(run, key: str, *, actor=None) -> Checkpoint:
         step.finished_at = None
         step.retry_after = None
         if step.kind == StepKind.APPROVAL:
-            step.attempt += 1
-            step.approval_group = step.config["approval"]["group"]
+            step.attempt += 1  # a fresh attempt: its rules are matched anew
             step.escalated_at = None
             open_gate(step, clock.now())
         else:

@@ -1,5 +1,5 @@
-"""The workflows models, by aggregate: specs, runs (steps, approvals, checkpoints),
-accounts, schedules, delivery and operations. Import them from here."""
+"""The workflows models, by aggregate: specs, runs (steps, approvals, checkpoints), gate
+rules, accounts, schedules, delivery and operations. Import them from here."""
 
 from .accounts import (  # noqa: F401
     ApiToken,
@@ -18,6 +18,7 @@ from .delivery import (  # noqa: F401
     Webhook,
     WebhookDelivery,
 )
+from .gates import GateRule  # noqa: F401
 from .operations import (  # noqa: F401
     PeriodicRun,
     Worker,

@@ -64,11 +64,39 @@ class ApiToken(models.Model):
 
 class Preference(models.Model):
     """What a person sets for themselves: the time zone their pages show times in (empty:
-    the site's, TIME_ZONE)."""
+    the site's, TIME_ZONE), and while they are away, who decides their gates. Their manager
+    (a gate's `manager` rule) is set by an admin or by the sign-on provider's claim."""
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
                                 related_name="tollgate_preference")
     time_zone = models.CharField(max_length=64, blank=True)
+    away_from = models.DateTimeField(null=True, blank=True)
+    away_until = models.DateTimeField(null=True, blank=True)
+    delegate = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="delegations",
+        help_text="Decides this person's gates from away_from to away_until.")
+    manager = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="reports", help_text="Decides the gates whose rule names the requester's "
+                                          "manager.")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=~models.Q(delegate=models.F("user")),
+                                   name="preference_delegate_not_self"),
+            models.CheckConstraint(condition=~models.Q(manager=models.F("user")),
+                                   name="preference_manager_not_self"),
+            # An away period has both ends, in order, and a delegate; or it is not set.
+            models.CheckConstraint(
+                condition=models.Q(away_from__isnull=True, away_until__isnull=True)
+                | models.Q(away_from__isnull=False, away_until__gt=models.F("away_from"),
+                           delegate__isnull=False),
+                name="preference_away_period"),
+        ]
+        indexes = [models.Index(fields=["delegate", "away_until"],
+                                condition=models.Q(delegate__isnull=False),
+                                name="preference_delegate_idx")]
 
     def __str__(self) -> str:
         return f"{self.user}: {self.time_zone or 'site time zone'}"
@@ -76,10 +104,26 @@ class Preference(models.Model):
     def clean(self) -> None:
         from zoneinfo import available_timezones
 
-        from django.core.exceptions import ValidationError
-
+        errors = {}
         if self.time_zone and self.time_zone not in available_timezones():
-            raise ValidationError({"time_zone": f"Unknown time zone {self.time_zone!r}."})
+            errors["time_zone"] = f"Unknown time zone {self.time_zone!r}."
+        if self.delegate_id and self.delegate_id == self.user_id:
+            errors["delegate"] = "A person cannot be their own delegate."
+        if self.manager_id and self.manager_id == self.user_id:
+            errors["manager"] = "A person cannot be their own manager."
+        if (self.away_from is None) != (self.away_until is None):
+            errors["away_until"] = "An away period needs both its start and its end."
+        elif self.away_from and self.away_until <= self.away_from:
+            errors["away_until"] = "The away period must end after it starts."
+        elif self.away_from and not self.delegate_id:
+            errors["delegate"] = "Name who decides your gates while you are away."
+        if errors:
+            raise ValidationError(errors)
+
+    def delegating_at(self, now) -> bool:
+        """Is the delegate deciding for this person at `now`?"""
+        return bool(self.delegate_id and self.away_from and self.away_from <= now
+                    < self.away_until)
 
 
 class SsoIdentity(models.Model):

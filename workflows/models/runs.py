@@ -434,6 +434,13 @@ class Approval(models.Model):
     channel = models.CharField(max_length=16, choices=Channel, default=Channel.WEB,
                                db_default=Channel.WEB)
     chat_identity = models.CharField(max_length=200, blank=True, default="", db_default="")
+    # A delegate's decision is made for the person away (see Preference.delegate): they are
+    # the one it counts as, and neither decides this attempt again.
+    on_behalf_of = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                     on_delete=models.PROTECT, related_name="+")
+    # The approval rule this decision counted toward.
+    rule = models.ForeignKey("workflows.GateRule", null=True, blank=True,
+                             on_delete=models.PROTECT, related_name="decisions")
 
     objects = ApprovalQuerySet.as_manager()
 
@@ -468,11 +475,13 @@ class CheckpointKind(models.TextChoices):
     STALE_RESULT = "stale_result"
     TRANSITION = "transition", "reported by an agent"
     APPROVAL_RECORDED = "approval_recorded"
+    REJECTION_RECORDED = "rejection_recorded"
     STEP_APPROVED = "step_approved"
     STEP_REJECTED = "step_rejected"
     GATE_ESCALATED = "gate_escalated"
     GATE_TIMED_OUT = "gate_timed_out"
     GATE_REMINDED = "gate_reminded"
+    GATE_REASSIGNED = "gate_reassigned"
     COMPENSATED = "compensated"
     COMPENSATION_FAILED = "compensation_failed"
     LEASE_OVERDUE = "lease_overdue", "lease overdue, holder alive"

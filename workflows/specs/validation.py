@@ -35,11 +35,16 @@ ACCOUNT_FIELDS = {"profile", "tool"}
 PROMPT_LIMIT = 20000
 APPROVAL_FIELDS = {
     "group", "required", "allow_self_approval", "timeout_seconds", "on_timeout", "escalate_to",
-    "form", "remind_after_seconds", "remind_every_seconds",
+    "form", "remind_after_seconds", "remind_every_seconds", "rules", "reject",
 }
+# One approval rule: who (a group, or the requester's manager), how many, when, in which stage.
+RULE_FIELDS = {"when", "group", "manager", "required", "allow_self_approval", "order", "label"}
+REJECT_POLICIES = ("any", "quorum")
+RULES_LIMIT = 20
 # A step's `when`: where to look (shared state or params, a dotted path) and one test.
 WHEN_SOURCES = ("state", "params")
-WHEN_TESTS = ("equals", "not_equals", "in", "exists")
+WHEN_TESTS = ("equals", "not_equals", "in", "exists", "gt", "gte", "lt", "lte")
+NUMERIC_TESTS = ("gt", "gte", "lt", "lte")
 WHEN_PATH = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+){0,9}$")
 BACKOFF_KINDS = {"fixed", "exponential"}
 SECRET_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
@@ -68,11 +73,13 @@ LIMITS = {
     "remind_after_seconds": 30 * 86400,
     "remind_every_seconds": 30 * 86400,
     "required": 100,
+    "order": 100,
     "max_parallel": 10000,
 }
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 # The lengths the database stores.
-TEXT_LIMITS = {"title": 200, "group": 150, "escalate_to": 150, "description": 10000}
+TEXT_LIMITS = {"title": 200, "group": 150, "escalate_to": 150, "description": 10000,
+               "label": 200}
 
 
 def _number(where: str, data: dict, field: str, *, integer: bool = False, positive=False):
@@ -265,17 +272,34 @@ def _validate_approval(where: str, approval) -> dict:
     if not isinstance(approval, dict):
         _fail(where, "must be an object")
     _unknown(where, approval, APPROVAL_FIELDS)
-    group = approval.get("group")
-    if not isinstance(group, str) or not group.strip():
-        _fail(where, "group is required (the approver group's name)")
-    required = approval.get("required", 1)
-    if isinstance(required, bool) or not isinstance(required, int) or required < 1:
-        _fail(where, f"required must be an integer of at least 1, got {required!r}")
-    _number(where, approval, "required", integer=True)
-    _text(where, approval, "group")
+    normal = dict(approval)
+    if "rules" in approval:
+        if {"group", "required", "allow_self_approval"} & set(approval):
+            _fail(where, "has rules, so group, required and allow_self_approval belong in "
+                         "each rule")
+        rules = approval["rules"]
+        if not isinstance(rules, list) or not rules:
+            _fail(where, "rules must be a non-empty list of rules")
+        if len(rules) > RULES_LIMIT:
+            _fail(where, f"has {len(rules)} rules; at most {RULES_LIMIT}")
+        normal["rules"] = [_validate_rule(f"{where} rule {number}", rule)
+                           for number, rule in enumerate(rules, 1)]
+        # A gate none of whose rules matched would pass with nobody's approval.
+        if all("when" in rule for rule in normal["rules"]):
+            _fail(where, "every rule has a when: give at least one rule without when (it "
+                         "always applies), or put the condition on the step's own when")
+        labels = [rule["label"] for rule in normal["rules"]]
+        if len(set(labels)) != len(labels):
+            _fail(where, "two rules have the same label; give each a label of its own")
+    else:
+        _validate_rule(where, {field: approval[field] for field in (
+            "group", "required", "allow_self_approval") if field in approval}, plain=True)
+        normal = {"required": 1, "allow_self_approval": False, **normal}
+    reject = approval.get("reject", "any")
+    if reject not in REJECT_POLICIES:
+        _fail(where, f"reject must be 'any' (one reject ends it) or 'quorum' (a rule's count "
+                     f"of rejects ends it), got {reject!r}")
     _text(where, approval, "escalate_to")
-    if not isinstance(approval.get("allow_self_approval", False), bool):
-        _fail(where, "allow_self_approval must be true or false")
     _number(where, approval, "timeout_seconds", positive=True)
     # Reminders sooner than a minute apart would be noise, not nudges.
     for field in ("remind_after_seconds", "remind_every_seconds"):
@@ -289,7 +313,6 @@ def _validate_approval(where: str, approval) -> dict:
         _fail(where, "on_timeout needs timeout_seconds")
     if on_timeout == "escalate" and not approval.get("escalate_to"):
         _fail(where, "on_timeout 'escalate' needs escalate_to (a group name)")
-    normal = {"required": 1, "allow_self_approval": False, **approval}
     if "form" in approval:
         try:
             normal["form"] = check_fields(approval["form"], f"{where} form field")
@@ -297,6 +320,40 @@ def _validate_approval(where: str, approval) -> dict:
             raise SpecError(str(exc)) from None
         if not normal["form"]:
             _fail(where, "form has no fields")
+    return normal
+
+
+def _validate_rule(where: str, rule, *, plain: bool = False) -> dict:
+    """One approval rule (or, `plain`, a gate's own group, required and self-approval)."""
+    if not isinstance(rule, dict):
+        _fail(where, 'must be an object such as {"group": "finance", "required": 1}')
+    _unknown(where, rule, RULE_FIELDS)
+    manager = rule.get("manager", False)
+    if not isinstance(manager, bool):
+        _fail(where, "manager must be true or false")
+    group = rule.get("group")
+    if not isinstance(group, str) or not group.strip():
+        _fail(where, "a manager rule needs a group too: it decides when the requester has no "
+                     "manager on record" if manager else
+              "group is required (the approver group's name)")
+    _text(where, rule, "group")
+    _text(where, rule, "label")
+    required = rule.get("required", 1)
+    if isinstance(required, bool) or not isinstance(required, int) or required < 1:
+        _fail(where, f"required must be an integer of at least 1, got {required!r}")
+    _number(where, rule, "required", integer=True)
+    _number(where, rule, "order", integer=True)
+    if manager and required != 1:
+        _fail(where, "a manager rule is met by one person: required must be 1")
+    if not isinstance(rule.get("allow_self_approval", False), bool):
+        _fail(where, "allow_self_approval must be true or false")
+    if "label" in rule and (not isinstance(rule["label"], str) or not rule["label"].strip()):
+        _fail(where, "label must be a non-empty string")
+    normal = {"required": required, "allow_self_approval": False, "order": 0, **rule}
+    if not plain:
+        normal["label"] = rule.get("label") or ("the requester's manager" if manager else group)
+    if "when" in rule:
+        normal["when"] = _validate_when(f"{where} when", rule["when"])
     return normal
 
 
@@ -321,6 +378,8 @@ def _validate_when(where: str, when) -> dict:
     if test == "in" and (not isinstance(value, list) or not value
                          or not all(isinstance(v, scalar) for v in value)):
         _fail(where, "in must be a non-empty list of values")
+    if test in NUMERIC_TESTS and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        _fail(where, f"{test} compares numbers: it must be a number, got {value!r}")
     if test in ("equals", "not_equals") and not isinstance(value, scalar):
         _fail(where, f"{test} must be a string, number, true, false or null")
     if isinstance(value, float) and not math.isfinite(value):

@@ -16,15 +16,18 @@ from workflows.briefs import (  # noqa: F401  (the card's read model, named here
     brief,
     consequences,
     deadline,
+    decided_people,
     decisions_by_gate,
     due_gates,
     fill_placeholders,
     params_of,
+    rules_by_gate,
+    rules_not_applied,
     short,
     trail_entry,
 )
 from workflows.models import Notification, Step
-from workflows.permissions import decidable_by
+from workflows.permissions import decidable_by, named_in_rules
 from workflows.web.forms import gate_form
 
 # The inbox shows this many gates, the oldest first: a page that stays quick whatever the
@@ -73,11 +76,12 @@ def inbox_gates(user, view: dict | None = None) -> list:
 
 
 def audiences(gates: list, user) -> None:
-    """Set each gate's `others` (who else may decide it now: its group, less the requester
-    unless self-approval is allowed, less whoever decided) and `told` (who was mailed of it
-    this attempt, and when, newest first): two queries for any number of gates."""
+    """Set each gate's `others` (who else may decide it now: its open rules' approvers,
+    less the requester where self-approval is not allowed, less whoever decided) and `told`
+    (who was mailed of it this attempt, and when, newest first): two queries for any number
+    of gates (their `rules` read already)."""
     members = defaultdict(list)
-    groups = {gate.approval_group for gate in gates}
+    groups = {rule.group for gate in gates for rule in gate.rules if rule.open and rule.group}
     for group, pk, name in (get_user_model().objects.filter(
             is_active=True, groups__name__in=groups)
             .values_list("groups__name", "pk", "username").order_by("username")):
@@ -86,17 +90,24 @@ def audiences(gates: list, user) -> None:
     if gates:
         notes = (Notification.objects.filter(
             run_id__in={gate.run_id for gate in gates},
-            event__in=("gate_waiting", "gate_escalated", "gate_reminded"))
+            event__in=("gate_waiting", "gate_escalated", "gate_reminded", "gate_reassigned"))
             .values_list("run_id", "key", "event", "user__username", "created_at")
             .order_by("-created_at", "-pk"))
         for run_id, key, event, name, at in notes:
             told[(run_id, key.rsplit(":", 1)[-1])].append(
                 {"user": name, "at": at, "reminder": event == "gate_reminded"})
     for gate in gates:
-        decided = {d.user_id for d in getattr(gate, "decisions", [])}
-        gate.others = [name for pk, name in members[gate.approval_group]
-                       if pk != user.pk and pk not in decided
-                       and (gate.allow_self_approval or pk != gate.run.requested_by_id)]
+        decided = decided_people(getattr(gate, "decisions", []))
+        others = {}
+        for rule in gate.rules:
+            if not rule.open:
+                continue
+            people = members[rule.group] if rule.group else [(rule.user_id, rule.audience)]
+            for pk, name in people:
+                if pk != user.pk and pk not in decided and (
+                        rule.allow_self_approval or pk != gate.run.requested_by_id):
+                    others.setdefault(pk, name)
+        gate.others = sorted(others.values())
         # Mail of earlier attempts is older than this one's start; mail is recorded after
         # its checkpoint commits, and the margin covers clocks of different processes.
         since = gate.waiting_since - timedelta(seconds=5) if gate.waiting_since else None
@@ -123,12 +134,12 @@ def gate_evidence(gates: list) -> list:
 def gates_left(user, step_ids: list[int]) -> list[Step]:
     """Gates an open inbox still shows that no longer wait on this user (decided by others,
     or their run moved on), each with this attempt's `decisions`: the cards turn into their
-    decided state. Only gates of the user's groups: an inbox cannot probe other steps."""
+    decided state. Only gates whose rules name the user (or their groups, or someone they
+    decide for): an inbox cannot probe other steps."""
     if not step_ids:
         return []
-    gates = list(Step.objects.filter(pk__in=step_ids[:200], kind="approval",
-                                     approval_group__in=user.groups.values("name"))
-                 .select_related("run").order_by("pk"))
+    gates = list(Step.objects.filter(pk__in=step_ids[:200], kind="approval")
+                 .filter(pk__in=named_in_rules(user)).select_related("run").order_by("pk"))
     decided = decisions_by_gate(gates)
     for gate in gates:
         gate.decisions = approvals_of_attempt(decided.get(gate.pk, []), gate.attempt)[0]

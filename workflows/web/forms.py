@@ -99,3 +99,24 @@ class StartRunForm(forms.Form):
             if value not in (None, "") or param["type"] == "boolean":
                 values[param["name"]] = value
         return values
+
+
+class AwayForm(forms.Form):
+    """While you are away: from when, until when (in your time zone), and who decides your
+    gates meanwhile (their username)."""
+
+    away_from = forms.DateTimeField(label="Away from", widget=forms.DateTimeInput(
+        attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"))
+    away_until = forms.DateTimeField(label="Back on", widget=forms.DateTimeInput(
+        attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"))
+    delegate = forms.CharField(label="My gates go to", max_length=150,
+                               help_text="The username of the person who decides for you.")
+
+    def clean_delegate(self):
+        from django.contrib.auth import get_user_model
+
+        name = self.cleaned_data["delegate"].strip()
+        found = get_user_model().objects.filter(username=name, is_active=True).first()
+        if found is None:
+            raise forms.ValidationError(f"There is no active person named {name!r}.")
+        return found

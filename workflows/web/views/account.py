@@ -1,4 +1,5 @@
-"""Your account: API tokens (made, shown once, revoked) and your time zone."""
+"""Your account: API tokens (made, shown once, revoked), your time zone, and who decides
+your gates while you are away."""
 
 from __future__ import annotations
 
@@ -10,15 +11,17 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from workflows import timezones
+from workflows import clock, timezones
 from workflows.models import ApiToken, Preference
+from workflows.permissions import acting_for
+from workflows.web.forms import AwayForm
 
 
 @never_cache  # the page shows a new token once: no cache may keep it
 @require_http_methods(["GET", "POST"])
 def profile(request):
     """Your API tokens (create one, shown once, or revoke one) and your time zone."""
-    new_token = None
+    new_token = away = None
     preference = Preference.objects.filter(user=request.user).first() or Preference(
         user=request.user)
     if request.method == "POST" and "time_zone" in request.POST:
@@ -33,13 +36,46 @@ def profile(request):
             messages.success(request, f"Times now show in {preference.time_zone or 'the '
                                                           'site time zone'}.")
             return redirect("profile")
+    elif request.method == "POST" and "away" in request.POST:
+        away = AwayForm(request.POST)
+        if away.is_valid():
+            preference.away_from = away.cleaned_data["away_from"]
+            preference.away_until = away.cleaned_data["away_until"]
+            preference.delegate = away.cleaned_data["delegate"]
+            if _saved(request, preference):
+                messages.success(request, f"While you are away, {preference.delegate} decides "
+                                          "your gates.")
+                return redirect("profile")
+    elif request.method == "POST" and "back" in request.POST:
+        preference.away_from = preference.away_until = preference.delegate = None
+        if _saved(request, preference):
+            messages.success(request, "You decide your own gates again.")
+        return redirect("profile")
     elif request.method == "POST":
         name = request.POST.get("name", "").replace("\x00", "").strip()[:100] or "API token"
         _, new_token = ApiToken.objects.issue(request.user, name, actor=request.user)
     tokens = ApiToken.objects.filter(user=request.user)
+    if away is None:
+        away = AwayForm(initial={"away_from": preference.away_from,
+                                 "away_until": preference.away_until,
+                                 "delegate": preference.delegate.get_username()
+                                 if preference.delegate else ""})
     return render(request, "workflows/profile.html", {
-        "tokens": tokens, "new_token": new_token, "preference": preference,
+        "tokens": tokens, "new_token": new_token, "preference": preference, "away": away,
+        "away_now": preference.delegating_at(clock.now()),
+        "deciding_for": acting_for(request.user),
         "zones": timezones.choices(), "site_zone": settings.TIME_ZONE})
+
+
+def _saved(request, preference) -> bool:
+    """Check and save a person's preference; a refusal is shown, nothing is saved."""
+    try:
+        preference.full_clean()
+    except ValidationError as exc:
+        messages.error(request, "; ".join(exc.messages))
+        return False
+    preference.save()
+    return True
 
 
 @require_POST

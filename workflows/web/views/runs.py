@@ -26,11 +26,12 @@ from workflows.models import (
 )
 from workflows.permissions import (
     can_cancel,
-    can_decide,
     can_operate,
+    can_reassign,
     can_retry,
     can_skip,
     decidable_by,
+    decide_refusal,
     readable_runs,
 )
 from workflows.recovery.recover import recover_run
@@ -86,6 +87,8 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
     attempts = {s.pk: s.attempt for s in steps}
     decided = {a.step_id for a in approvals
                if a.user_id == user.pk and a.attempt == attempts[a.step_id]}
+    gates = [s for s in steps if s.kind == "approval" and s.attempt]
+    rules = cards.rules_by_gate(gates) if gates else {}
     now = timezone.now()
     for step in steps:
         step.looks_stuck = (step.status == StepStatus.RUNNING and step.lease_expires_at is not None
@@ -95,13 +98,19 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
             step.due = cards.deadline(step, now)
             step.instructions = cards.fill_placeholders(step.config.get("description", ""),
                                                             run)
-            step.approved = cards.approvals_of_attempt(step.decisions, step.attempt)[1]
+            current, step.approved = cards.approvals_of_attempt(step.decisions, step.attempt)
+            step.rules = rules.get(step.pk, [])
+            step.open_rules = [r for r in step.rules if r.open]
+            step.waits_on = ", ".join(r.audience for r in step.open_rules)
+            step.rules_not_applied = cards.rules_not_applied(step, step.rules)
             if refused and refused[0] == step.key:
                 step.form = gate_form(step, request.POST, errors=refused[1])
             else:
                 step.form = gate_form(step)
-        step.can_decide = can_decide(user, run, step, decided)
+        step.can_decide = step.pk in rules and step.pk not in decided and decide_refusal(
+            user, run, step, rules=step.rules, decided=cards.decided_people(current)) is None
         step.can_retry = can_retry(user, run, step)
+        step.can_reassign = can_reassign(user, run, step)
         step.can_skip = can_skip(user, run, step)
     return {
         "run": run,
@@ -250,6 +259,12 @@ def step_action(request, pk: int, key: str, action: str):
         elif action == "skip":
             checkpoint = engine.skip_step(run, key, actor=request.user, reason=comment)
             done = f"{checkpoint.step.title} skipped."
+        elif action == "reassign":
+            checkpoint = engine.reassign_gate(
+                run, key, actor=request.user, reason=comment,
+                group=request.POST.get("group", ""), person=request.POST.get("person", ""),
+                rule=request.POST.get("rule", ""))
+            done = f"{checkpoint.step.title}: {checkpoint.summary}"
         else:
             return HttpResponse(status=404)
     except engine.WorkflowError as exc:
