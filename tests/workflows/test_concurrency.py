@@ -55,6 +55,44 @@ def test_concurrent_approvals_count_each_approver_once(release_spec, people):
     assert seqs == list(range(1, len(seqs) + 1))
 
 
+def test_concurrent_decisions_on_rules_and_for_a_delegate_count_each_person_once(db):
+    """Two rules and a delegate: everyone clicks at once, several times; each person counts
+    once, toward one rule, and the delegate's decision for the person away is that
+    person's only one."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from workflows.models import GateRule, Preference
+    from workflows.specs.storage import store_spec
+
+    from ..conftest import make_user
+
+    spec = store_spec({"name": "dual", "steps": [{"key": "g", "approval": {"rules": [
+        {"group": "leads", "required": 2}, {"group": "finance"}]}}]})[0]
+    lee, lou, fin = make_user("lee", "leads"), make_user("lou", "leads"), make_user(
+        "fin", "finance")
+    dee = make_user("dee")
+    now = timezone.now()
+    Preference.objects.create(user=lou, delegate=dee, away_from=now - timedelta(hours=1),
+                              away_until=now + timedelta(hours=1))
+    run = engine.open_run(spec).run
+    clickers = [lee, lou, dee, fin] * 3
+    results = race(len(clickers), lambda i: engine.approve(run, "g", user=clickers[i]))
+    wins = [r for r in results if isinstance(r, Checkpoint)]
+    # lee, fin, and one of lou or dee (for lou): three people, three decisions.
+    assert len(wins) == 3, results
+    assert all(isinstance(r, engine.WorkflowError) for r in results if r not in wins)
+    decisions = list(Approval.objects.filter(step__run=run).values_list(
+        "user__username", "on_behalf_of__username"))
+    counted_as = sorted(for_user or user for user, for_user in decisions)
+    assert counted_as == ["fin", "lee", "lou"]
+    assert run.steps.get(key="g").status == "completed"
+    assert sorted(GateRule.objects.filter(step__run=run).values_list("approvals", flat=True)) \
+        == [1, 2]
+    assert Checkpoint.objects.filter(run=run, kind="step_approved").count() == 1
+
+
 def test_concurrent_claims_start_a_step_once(release_spec):
     run = engine.open_run(release_spec).run
     results = race(6, lambda i: engine.start_step(run, "build", owner=f"w{i}", lease_seconds=30))

@@ -7,7 +7,7 @@ from django.db import transaction
 
 from goals.models import Goal, GoalStatus
 from workflows import engine
-from workflows.models import Run
+from workflows.models import Preference, Run
 from workflows.specs.storage import store_spec
 from workflows.specs.validation import parse_spec_file
 
@@ -16,8 +16,9 @@ USERS = {
     # username: (groups, is_staff, is_superuser, what they do)
     "admin": ([], True, True, "superuser: the Django admin"),
     "alice": (["operators"], True, False, "requests runs; may retry and cancel"),
-    "bob": (["qa"], False, False, "QA approver"),
-    "carol": (["qa", "release-managers"], False, False, "QA approver and release manager"),
+    "bob": (["qa", "team-leads"], False, False, "QA approver and team lead"),
+    "carol": (["qa", "release-managers", "finance"], False, False,
+              "QA approver, release manager and finance"),
     "dave": (["managers"], False, False, "manager: sees everything, changes nothing"),
 }
 
@@ -42,7 +43,8 @@ class Command(BaseCommand):
             codename__in=["operate_run", "add_run", "add_workflowspec", "author_command_spec"],
             content_type__app_label="workflows")
         groups = {}
-        for name in ["qa", "release-managers", "operators", "managers"]:
+        for name in ["qa", "release-managers", "operators", "managers", "team-leads",
+                     "finance"]:
             groups[name], _ = Group.objects.get_or_create(name=name)
         groups["operators"].permissions.add(*operate)
         groups["managers"].permissions.add(Permission.objects.get(codename="export_audit"))
@@ -56,6 +58,9 @@ class Command(BaseCommand):
             user.save()
             user.groups.set([groups[g] for g in member_of])
             users[name] = user
+        # dave is alice's manager: the payment spec's last stage waits on him.
+        Preference.objects.update_or_create(user=users["alice"],
+                                            defaults={"manager": users["dave"]})
         return users
 
     def _specs(self) -> dict:
@@ -127,6 +132,11 @@ class Command(BaseCommand):
                                  summary="Warehouse credentials expired")
 
         open_("open", "data-release", "data", title="December data release")
+
+        # Approval rules: over 10,000, the team lead and finance, then alice's manager.
+        run = open_("payment", "payment", title="Pay the data vendor",
+                    params={"payee": "Acme Data", "amount": 24000})
+        engine.approve(run, "pay", user=bob, comment="Budgeted in Q4")
 
         run = open_("form", "rollout", title="Roll out release 3.1")
         work(run, "build", summary="Built and tested",
