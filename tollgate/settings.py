@@ -402,6 +402,9 @@ TOLLGATE_OIDC_GROUPS_CLAIM = os.environ.get("TOLLGATE_OIDC_GROUPS_CLAIM", "group
 TOLLGATE_OIDC_GROUP_MAP = env_json("TOLLGATE_OIDC_GROUP_MAP", {}, dict,
                                    "an object of claim value to group name")
 TOLLGATE_OIDC_LABEL = os.environ.get("TOLLGATE_OIDC_LABEL", "your company account")
+# A claim holding the e-mail of the person's manager (a gate's `manager` rule): when set,
+# each sign-in sets the person's manager from it. Empty: managers are set in the admin.
+TOLLGATE_OIDC_MANAGER_CLAIM = os.environ.get("TOLLGATE_OIDC_MANAGER_CLAIM", "")
 # Sign-on is the only way in, but for these usernames (break-glass accounts, with passwords).
 TOLLGATE_OIDC_ONLY = env_bool("TOLLGATE_OIDC_ONLY", False)
 TOLLGATE_BREAK_GLASS = env_list("TOLLGATE_BREAK_GLASS")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from workflows import engine, permissions
+from workflows.delivery.notifications import messages_for
 from workflows.delivery.outbox import notification_events
 from workflows.engine import Announcement
 from workflows.models import Approval, Checkpoint, GateRule, Preference
@@ -186,6 +187,15 @@ class TestStages:
         assert set(permissions.deciders(run, gate).values_list("username", flat=True)) == {
             "fin", "fay", "both"}
         assert gate.approval_group == "finance"
+        checkpoint = Checkpoint.objects.select_related("run", "run__requested_by").get(
+            pk=checkpoint.pk)
+        mailed = {user.username: subject for user, subject, text, html in messages_for(
+            checkpoint, "gate_waiting", "buy")}
+        assert sorted(mailed) == ["both", "fay", "fin"]
+        assert "buy waits on finance" in mailed["fin"]
+        text = next(t for u, _, t, _ in messages_for(checkpoint, "gate_waiting", "buy"))
+        assert "team lead: 1 of 1 from leads (met)" in text
+        assert "finance: 0 of 1 from finance (waiting)" in text
         engine.approve(run, "buy", user=team["fay"])
         assert status(run, "buy") == "completed"
 
@@ -235,6 +245,19 @@ class TestManagerRule:
         assert rules_of(run, "ok")[0].audience == "finance"
         engine.approve(run, "ok", user=team["fin"])
         assert status(run, "ok") == "completed"
+
+    def test_the_sign_on_claim_sets_the_manager(self, team, settings):
+        from workflows.sso.accounts import sign_in_user
+
+        settings.TOLLGATE_OIDC_MANAGER_CLAIM = "manager_email"
+        claims = {"sub": "r-1", "email": "rita@example.com", "email_verified": True,
+                  "manager_email": "BOSS@example.com"}
+        rita = sign_in_user(claims, "https://idp.example")
+        assert rita == team["rita"]
+        assert Preference.objects.get(user=rita).manager == team["boss"]
+        # The provider is the source of truth: a manager it no longer names is cleared.
+        sign_in_user({**claims, "manager_email": ""}, "https://idp.example")
+        assert Preference.objects.get(user=rita).manager is None
 
     def test_nobody_is_their_own_manager(self, team):
         from django.db import IntegrityError, transaction

@@ -11,6 +11,7 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from workflows import engine, permissions, selectors
+from workflows.delivery.notifications import messages_for
 from workflows.delivery.outbox import notification_events
 from workflows.engine import Announcement
 from workflows.models import ApiToken, Approval, Checkpoint, Preference
@@ -171,6 +172,11 @@ class TestReassignment:
         announcement = Announcement(run_id=gate_run.pk, run_status=gate_run.status,
                                     previous_status=gate_run.status, checkpoint=checkpoint)
         assert ("gate_reassigned", "qa") in notification_events(announcement)
+        checkpoint = Checkpoint.objects.select_related("run", "run__requested_by").get(
+            pk=checkpoint.pk)
+        mailed = [(user.username, subject) for user, subject, _, _ in messages_for(
+            checkpoint, "gate_reassigned", "qa")]
+        assert mailed == [("fin", f"[Tollgate] QA sign-off was reassigned to fin: {gate_run}")]
         with pytest.raises(engine.NotPermitted, match="it waits on fin"):
             engine.approve(gate_run, "qa", user=team["quinn"])
         engine.approve(gate_run, "qa", user=team["fin"])

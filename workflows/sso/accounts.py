@@ -1,5 +1,6 @@
 """People from the provider's claims: made on first sign-in, updated on every one, their
-groups kept in step with the group claim (through TOLLGATE_OIDC_GROUP_MAP when set)."""
+groups kept in step with the group claim (through TOLLGATE_OIDC_GROUP_MAP when set), and
+their manager with TOLLGATE_OIDC_MANAGER_CLAIM when set."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
-from workflows.models import SsoIdentity
+from workflows.models import Preference, SsoIdentity
 
 
 class SignInRefused(Exception):
@@ -45,6 +46,17 @@ def _username(claims: dict) -> str:
         n += 1
         name = f"{base}{n}"
     return name
+
+
+def _set_manager(user, claimed) -> None:
+    """The person's manager as the provider names them (by e-mail): the one active account
+    with that e-mail, else none. The provider is the source of truth: no claim, no manager."""
+    manager = None
+    if isinstance(claimed, str) and claimed.strip():
+        found = list(get_user_model().objects.filter(
+            email__iexact=claimed.strip(), is_active=True).exclude(pk=user.pk)[:2])
+        manager = found[0] if len(found) == 1 else None
+    Preference.objects.update_or_create(user=user, defaults={"manager": manager})
 
 
 def sign_in_user(claims: dict, issuer: str):
@@ -83,6 +95,8 @@ def sign_in_user(claims: dict, issuer: str):
             user.groups.remove(*Group.objects.filter(name__in=dropped))
         for name in sorted(wanted - current):
             user.groups.add(Group.objects.get_or_create(name=name)[0])
+        if settings.TOLLGATE_OIDC_MANAGER_CLAIM:
+            _set_manager(user, claims.get(settings.TOLLGATE_OIDC_MANAGER_CLAIM))
         identity.email, identity.email_verified = email, verified
         identity.groups = sorted(wanted)
         identity.last_sign_in = timezone.now()
