@@ -38,7 +38,12 @@ OIDC_PROVIDER := tests/support/oidc_provider/node_modules/.package-lock.json
 $(OIDC_PROVIDER): tests/support/oidc_provider/package-lock.json
 	cd tests/support/oidc_provider && npm ci --no-audit --no-fund --loglevel=error
 
-test: lint $(OIDC_PROVIDER)
+# The accessibility check of every page in the browser tests (axe-core, from its lock file).
+AXE := tests/support/axe/node_modules/.package-lock.json
+$(AXE): tests/support/axe/package-lock.json
+	cd tests/support/axe && npm ci --no-audit --no-fund --loglevel=error
+
+test: lint $(OIDC_PROVIDER) $(AXE)
 	$(BIN)/pytest
 
 bench: install

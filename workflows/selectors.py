@@ -119,7 +119,7 @@ def timeline_for_page(run: Run, *, first_seq: int = 1,
     entries = timeline(run, first_seq=first_seq, before=before)
     for c in entries:
         at = timezone.localtime(c.at)
-        c.iso, c.clock = at.isoformat(), at.strftime("%H:%M:%S")
+        c.iso, c.clock = at.isoformat(), at.strftime("%d %b %H:%M:%S %Z")
         c.kind_label, c.run_status_label = label(c.kind), label(c.run_status)
         c.step_status_label = label(c.step_status)
         evidence = c.evidence if isinstance(c.evidence, dict) else {}

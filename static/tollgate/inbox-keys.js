@@ -70,8 +70,8 @@
       j: () => move(1),
       k: () => move(-1),
       a: () => card && approve(card),
-      r: () => card && card.querySelector(".decide form:last-child input[name=comment]").focus(),
-      c: () => card && card.querySelector(".decide form:first-child input[name=comment]").focus(),
+      r: () => card && card.querySelector(".decide form:last-child [name=comment]").focus(),
+      c: () => card && card.querySelector(".decide form:first-child [name=comment]").focus(),
     };
     if (keys[event.key]) {
       keys[event.key]();

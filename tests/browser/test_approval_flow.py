@@ -43,7 +43,7 @@ def test_approver_approves_from_inbox_and_sees_the_run_move_on(page, shoot, wait
     assert page.inner_text("#inbox-count") == "1"
     shoot("inbox")
     page.evaluate("window.__noReload = true")
-    page.fill("input[aria-label='Approval comment']", "Ship it")
+    page.fill("textarea[aria-label^='Approval comment']", "Ship it")
     page.click("button:has-text('Approve')")
     page.wait_for_selector(".decided >> text=You approved QA sign-off")
     assert page.text_content("#inbox-count") == "0"
@@ -66,7 +66,7 @@ def test_reject_without_comment_is_refused_in_the_page(page, shoot, waiting_run)
     page.goto(f"/runs/{waiting_run.pk}/")
     page.click("#step-qa button:has-text('Reject')")
     assert page.evaluate(
-        "document.querySelector(\"#step-qa input[aria-label='Rejection comment']\")"
+        "document.querySelector(\"#step-qa textarea[aria-label^='Why reject']\")"
         ".matches(':invalid')")
     # Past the browser's own check, the server refuses too and says why, in the page.
     page.evaluate("document.querySelectorAll('#step-qa [required]')"
@@ -137,7 +137,8 @@ BROKEN_WORDS = """
   while (walker.nextNode()) {
     const node = walker.currentNode;
     const parent = node.parentElement;
-    if (!parent || parent.closest("pre, code, svg, .sr-only") || !parent.offsetParent) continue;
+    if (!parent || parent.closest("pre, code, svg, .visually-hidden")
+        || !parent.offsetParent) continue;
     const re = /[A-Za-z][A-Za-z'-]*/g;
     let match;
     while ((match = re.exec(node.data))) {
@@ -223,7 +224,7 @@ def test_what_a_person_types_survives_a_live_update(page, shoot, waiting_run, pe
     slow = two.steps.get(key="qa")
     login(page, "carol")
     page.evaluate("window.__noReload = true")
-    page.fill(f"#gate-{slow.pk} input[aria-label='Approval comment']", "checked the diff")
+    page.fill(f"#gate-{slow.pk} textarea[aria-label^='Approval comment']", "checked the diff")
     page.check(f"#gate-{gate.pk} input[name=gate]")
     third = engine.open_run("ship", actor=people["alice"], title="Ship 2.3").run
     work(third, "build")
@@ -232,7 +233,7 @@ def test_what_a_person_types_survives_a_live_update(page, shoot, waiting_run, pe
     page.wait_for_selector(f"#gate-{arrived}", timeout=15000)
     page.wait_for_selector(f"#quorum-{slow.pk} >> text=bob approved", timeout=15000)
     assert page.input_value(
-        f"#gate-{slow.pk} input[aria-label='Approval comment']") == "checked the diff"
+        f"#gate-{slow.pk} textarea[aria-label^='Approval comment']") == "checked the diff"
     assert page.is_checked(f"#gate-{gate.pk} input[name=gate]")
     assert page.text_content("#inbox-count") == "3"
     assert page.evaluate("window.__noReload") is True
@@ -250,7 +251,7 @@ def test_a_bulk_refusal_shows_in_its_card(page, waiting_run, people):
     for pk in gates:
         page.check(f"#gate-{pk} input[name=gate]")
     engine.cancel_run(second, actor="test")  # gone before bob presses
-    page.fill("input[aria-label='Comment for the selected gates']", "green")
+    page.fill("textarea[aria-label='Comment for the selected gates']", "green")
     page.click("button:has-text('Approve selected')")
     page.wait_for_selector(f"#gate-{gates[1]} .notice.error >> text=Not decided")
     assert "You approved QA sign-off" in page.text_content(".notice.ok")
@@ -264,7 +265,7 @@ def test_bulk_approve_from_the_inbox(page, shoot, waiting_run, people):
     login(page, "bob")
     for run in (waiting_run, second):
         page.check(f"#gate-{run.steps.get(key='qa').pk} input[name=gate]")
-    page.fill("input[aria-label='Comment for the selected gates']", "both green")
+    page.fill("textarea[aria-label='Comment for the selected gates']", "both green")
     shoot("inbox-bulk")
     page.click("button:has-text('Approve selected')")
     page.wait_for_selector("text=Nothing waits on you.")

@@ -62,7 +62,7 @@ def test_skip_a_step_with_a_reason(page, shoot, deploy, people):
     run = engine.open_run(deploy, actor=people["alice"], params={"version": "1"}).run
     login(page, "alice")
     page.goto(f"/runs/{run.pk}/")
-    page.fill("#step-build input[aria-label='Skip reason']", "built by CI already")
+    page.fill("#step-build textarea[aria-label^='Why skip']", "built by CI already")
     page.click("#step-build button:has-text('Skip')")
     page.wait_for_selector("text=Build skipped.")
     page.wait_for_selector("#step-qa .status >> text=waiting for approval")

@@ -4,6 +4,7 @@ import nh3
 from django import template
 from django.templatetags.static import static
 from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from markdown_it import MarkdownIt
@@ -46,6 +47,17 @@ def duration(value) -> str:
 def age(value) -> str:
     """How long ago a datetime was, compactly."""
     return duration(timezone.now() - value) if value else ""
+
+
+@register.filter
+def since(value):
+    """How long ago a datetime was, in a <time> the page keeps counting (page.js); its title
+    is the moment itself, in the viewer's zone."""
+    if not value:
+        return ""
+    iso = value.isoformat()
+    return format_html('<time datetime="{}" data-since="{}" title="{}">{}</time>', iso, iso,
+                       date_format(timezone.localtime(value), "D j M Y, H:i T"), age(value))
 
 
 @register.filter

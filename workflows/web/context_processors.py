@@ -12,4 +12,7 @@ def inbox(request):
 
     # Read once per response, however many places show it.
     return {"inbox_count": functools.cache(lambda: inbox_count(user)),
-            "can_export_audit": lambda: can_export_audit(user)}
+            "can_export_audit": lambda: can_export_audit(user),
+            # Staff with no admin rights would find nothing there: no link for them.
+            "show_admin": lambda: user.is_staff and (user.is_superuser
+                                                     or bool(user.get_all_permissions()))}

@@ -54,6 +54,8 @@ class GateForm(forms.Form):
         self.declared = fields
         for field in fields:
             self.fields[f"field_{field['name']}"] = field_for(field)
+            # What an approver typed stays while the page around it updates (htmx).
+            self.fields[f"field_{field['name']}"].widget.attrs["hx-preserve"] = "true"
         if errors is not None:  # the engine refused the values: its words, beside each field
             self._errors = ErrorDict({f"field_{name}": self.error_class([problem])
                                       for name, problem in errors.items()

@@ -1,0 +1,57 @@
+// What every page does in the browser: times that move, comment fields that send on Enter,
+// and a polite announcement of what changed (for screen readers).
+(function () {
+  // The same words the server writes (specs.values.duration, the `countdown` filter).
+  function words(seconds) {
+    if (seconds < 10) return Math.max(seconds, 0).toFixed(1) + " s";
+    if (seconds < 60) return Math.round(seconds) + " s";
+    var minutes = Math.floor(seconds / 60), hours = Math.floor(minutes / 60), days = Math.floor(hours / 24);
+    minutes %= 60; hours %= 24;
+    if (days) return hours ? days + " d " + hours + " h" : days + " d";
+    if (hours) return minutes ? hours + " h " + minutes + " min" : hours + " h";
+    return minutes + " min";
+  }
+  function tick() {
+    var now = Date.now();
+    document.querySelectorAll("[data-countdown]").forEach(function (el) {
+      var left = (Date.parse(el.dataset.countdown) - now) / 1000;
+      el.textContent = left >= 0 ? el.dataset.then + " in " + words(left)
+        : "overdue by " + words(-left) + ": it " + el.dataset.then + " at the next check";
+      el.closest(".deadline") && el.closest(".deadline").classList.toggle("overdue", left < 0);
+    });
+    // "waiting 3 min", "approved 12 s ago": how long since, kept true as time goes.
+    document.querySelectorAll("time[data-since]").forEach(function (el) {
+      el.textContent = words((now - Date.parse(el.dataset.since)) / 1000);
+    });
+  }
+  setInterval(tick, 1000);
+  document.addEventListener("htmx:afterSettle", tick);
+
+  // A comment or reason field is several lines long: Enter sends its form, Shift+Enter
+  // starts a new line.
+  document.addEventListener("keydown", function (event) {
+    var field = event.target;
+    if (event.key !== "Enter" || event.shiftKey || event.isComposing
+        || !field.matches || !field.matches("textarea.comment")) return;
+    event.preventDefault();
+    if (field.form && field.form.reportValidity()) field.form.requestSubmit();
+  });
+
+  // Say what a press did and what arrived: the page's notices and new cards, once each.
+  var said = new WeakSet();
+  function announce() {
+    var live = document.getElementById("live");
+    if (!live) return;
+    var lines = [];
+    document.querySelectorAll("[data-announce]").forEach(function (el) {
+      if (said.has(el)) return;
+      said.add(el);
+      lines.push(el.dataset.announce || el.textContent.trim());
+    });
+    if (lines.length) live.textContent = lines.join(". ");
+  }
+  document.addEventListener("htmx:afterSettle", announce);
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("[data-announce]").forEach(function (el) { said.add(el); });
+  });
+})();

@@ -1,0 +1,74 @@
+"""Every page passes the accessibility engine (axe-core) with no serious or critical
+violation, at phone and desktop width: names for every control, landmarks, contrast."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.workflows.helpers import work
+from workflows import engine
+from workflows.specs.storage import store_spec
+
+from .conftest import login
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+AXE = Path(__file__).resolve().parents[1] / "support" / "axe" / "node_modules" / "axe-core" \
+    / "axe.min.js"
+SPEC = {"name": "ship", "params": [{"name": "version", "type": "string"},
+                                   {"name": "canary", "type": "boolean"}], "steps": [
+    {"key": "build", "title": "Build", "run": {"command": ["true"]}},
+    {"key": "qa", "title": "QA sign-off", "depends_on": ["build"],
+     "approval": {"group": "qa", "timeout_seconds": 7200, "form": [
+         {"name": "rollout", "type": "choice", "options": ["canary", "full"]}]}},
+]}
+
+
+def violations(page) -> list[str]:
+    if not page.evaluate("typeof axe !== 'undefined'"):
+        page.evaluate(AXE.read_text())
+    found = page.evaluate("""async () => {
+        const result = await axe.run(document, {resultTypes: ["violations"]});
+        return result.violations.filter(v => ["serious", "critical"].includes(v.impact))
+            .map(v => v.id + ": " + v.help + " at " + v.nodes.slice(0, 3)
+                 .map(n => n.target.join(" ")).join(", "));
+    }""")
+    return found
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_every_page_has_no_serious_accessibility_violation(browser, live_server, people,
+                                                           width):
+    from django.contrib.auth.models import Permission
+
+    assert AXE.exists(), "make test installs axe-core (tests/support/axe)"
+    people["bob"].user_permissions.add(*Permission.objects.filter(
+        codename__in=["export_audit", "operate_run", "add_run"]))
+    from goals.models import Goal
+
+    store_spec(SPEC)
+    goal = Goal.objects.create(title="Ship 5", owner=people["alice"])
+    runs = []
+    for title in ("Ship 5.0", "Ship 5.1"):
+        run = engine.open_run("ship", actor=people["alice"], title=title, goal=goal,
+                              params={"version": "5"}).run
+        work(run, "build", summary="green")
+        runs.append(run)
+    context = browser.new_context(base_url=live_server.url,
+                                  viewport={"width": width, "height": 800})
+    page = context.new_page()
+    try:
+        page.goto("/login/")
+        problems = {"/login/": violations(page)}
+        login(page, "bob")
+        for url in ["/", f"/runs/{runs[0].pk}/", "/runs/", "/goals/", f"/goals/{goal.pk}/",
+                    "/goals/progress/", f"/goals/{goal.pk}/progress/",
+                    "/specs/", "/specs/ship/start/", "/decisions/", "/profile/",
+                    "/gates/due/", "/audit/", "/workers/", f"/runs/{runs[0].pk}/cancel/"]:
+            page.goto(url)
+            problems[url] = violations(page)
+        assert {url: found for url, found in problems.items() if found} == {}
+    finally:
+        context.close()
