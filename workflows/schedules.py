@@ -126,9 +126,12 @@ def fire(schedule_id: int, now: datetime, report: TickReport) -> None:
         slots = [schedule.next_run_at]
         while len(slots) < MAX_SLOTS:
             following = next_slot(schedule, slots[-1])
-            if following > now:
+            if following > now or (schedule.until and following > schedule.until):
                 break
             slots.append(following)
+        if schedule.until and slots[0] > schedule.until:
+            _end(schedule)
+            return
         latest, missed = slots[-1], len(slots) - 1
         late = (now - latest).total_seconds() > 2 * settings.TOLLGATE_SWEEP_SECONDS + 60
         schedule.missed_count += missed
@@ -136,7 +139,9 @@ def fire(schedule_id: int, now: datetime, report: TickReport) -> None:
         run_it = schedule.missed == MissedPolicy.RUN_ONCE or not late
         _record(schedule, slots[:-1], FireOutcome.MISSED,
                 f"missed while no consumer ran; the slot of {latest:%Y-%m-%d %H:%M} "
-                + ("ran for them (missed: run once)" if run_it else "was handled instead"))
+                + ("ran for them (missed: run once)" if schedule.missed == MissedPolicy.RUN_ONCE
+                   else "ran on time, these were skipped (missed: skip)" if run_it
+                   else "was skipped too (missed: skip)"))
         why = "" if run_it else "late and the schedule skips missed slots (missed: skip)"
         previous = schedule.last_run
         if run_it and schedule.overlap == OverlapPolicy.SKIP and previous and (
@@ -155,6 +160,15 @@ def fire(schedule_id: int, now: datetime, report: TickReport) -> None:
         schedule.next_run_at = next_slot(schedule, max(latest, now))
         schedule.save(update_fields=["next_run_at", "missed_count", "skipped_count",
                                      "last_run"])
+        if schedule.until and schedule.next_run_at > schedule.until:
+            _end(schedule)
+
+
+def _end(schedule: Schedule) -> None:
+    """The schedule's `until` has passed: it starts nothing more, and says so."""
+    schedule.enabled = False
+    schedule.paused_reason = f"Ended: no slot after {schedule.until:%Y-%m-%d %H:%M %Z} (until)"
+    schedule.save(update_fields=["enabled", "paused_reason"])
 
 
 def _record(schedule: Schedule, slots: list[datetime], outcome: str, reason: str) -> None:

@@ -17,6 +17,7 @@ from .models import (
     Decision,
     Run,
     RunStatus,
+    ScheduleFire,
     SpecStatus,
     WorkflowSpec,
 )
@@ -47,10 +48,12 @@ def inbox_count(user) -> int:
 def runs(*, status: str | list[str] = "", spec: str = "", goal: int | None = None,
          q: str = "", requester: str = "", opened_from=None, opened_to=None,
          finished_from=None, finished_to=None, open_only: bool = False, kind: str = "",
-         ref: str = "") -> QuerySet[Run]:
+         ref: str = "", parent: int | None = None, schedule: int | None = None
+         ) -> QuerySet[Run]:
     """Runs, newest first (stable for paging), filtered and searched as the runs page and
     `GET /api/runs` ask. `status` is one or several; `open_only` keeps the runs not yet
-    ended. `q` matches title, idempotency key, outside reference, spec name or requester;
+    ended; `parent` the runs a run's steps opened, `schedule` the runs a schedule started.
+    `q` matches title, idempotency key, outside reference, spec name or requester;
     `ref` is an outside reference exactly; the dates are inclusive days."""
     found = Run.objects.select_related("spec", "goal", "requested_by",
                                        "parent_step").order_by("-created_at", "-id")
@@ -68,6 +71,11 @@ def runs(*, status: str | list[str] = "", spec: str = "", goal: int | None = Non
         found = found.filter(spec_name=spec)
     if goal is not None:
         found = found.filter(goal_id=goal)
+    if parent is not None:
+        found = found.filter(parent_step__run_id=parent)
+    if schedule is not None:
+        found = found.filter(pk__in=ScheduleFire.objects.filter(
+            schedule_id=schedule, run__isnull=False).values("run_id"))
     if q := q.strip():
         # One indexed column (trigram on PostgreSQL) or the requester, looked up once.
         users = Run._meta.get_field("requested_by").related_model.objects

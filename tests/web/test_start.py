@@ -40,9 +40,10 @@ def test_params_are_validated_and_stored(deploy):
     with pytest.raises(engine.InvalidInput) as refused:
         engine.open_run(deploy, params={"rollout": "everywhere", "extra": 1})
     message = str(refused.value)
-    assert "param 'version': is required" in message
-    assert "param 'rollout': must be one of canary, full" in message
-    assert "param 'extra': not declared" in message
+    assert "Version is required (parameter 'version')" in message
+    assert "Rollout must be one of canary, full, got 'everywhere' (parameter 'rollout')" in (
+        message)
+    assert "extra is not declared by the spec (parameter 'extra')" in message
     assert Run.objects.count() == 1
 
 
@@ -81,13 +82,13 @@ def test_api_and_command_take_params(deploy, people):
     assert made.status_code == 201 and made.json()["params"]["version"] == "2.0"
     bad = api.post("/api/runs", {"spec": "deploy", "params": {"replicas": "x"}},
                    content_type="application/json")
-    assert bad.status_code == 400 and "param 'replicas': must be a number" in (
-        bad.json()["error"])
+    assert bad.status_code == 400
+    assert "Replicas must be a number, got 'x' (parameter 'replicas')" in bad.json()["error"]
     out = io.StringIO()
     call_command("start_run", "deploy", "--param", "version=3.0", "--param", "dry_run=yes",
                  stdout=out)
     assert Run.objects.get(pk=int(out.getvalue())).params["dry_run"] is True
-    with pytest.raises(CommandError, match="param 'version': is required"):
+    with pytest.raises(CommandError, match=r"Version is required \(parameter 'version'\)"):
         call_command("start_run", "deploy", stdout=io.StringIO())
 
 

@@ -157,3 +157,23 @@ def test_new_schedule_gets_its_first_slot(release_spec):
 def test_disabled_schedule_does_nothing(release_spec):
     schedule(next_run_at=T0, enabled=False)
     assert schedules.tick(T0 + timedelta(days=3)).started == []
+
+
+def test_a_schedule_ends_at_its_until(release_spec):
+    item = schedule(interval_seconds=3600, cron="", next_run_at=T0, overlap="allow",
+                    until=T0 + timedelta(hours=1, minutes=30))
+    assert len(schedules.tick(T0 + timedelta(seconds=1)).started) == 1
+    assert len(schedules.tick(T0 + timedelta(hours=1, seconds=1)).started) == 1
+    item.refresh_from_db()
+    # The next slot (T0 + 2 h) is after `until`: the schedule has ended, and says so.
+    assert not item.enabled and item.paused_reason.startswith("Ended: no slot after")
+    assert schedules.tick(T0 + timedelta(hours=5)).started == []
+    assert Run.objects.count() == 2
+
+
+def test_missed_slots_say_the_policy_that_handled_them(release_spec):
+    schedule(interval_seconds=3600, cron="", next_run_at=T0, missed="skip")
+    schedules.tick(T0 + timedelta(hours=2, seconds=5))  # two missed, the latest on time
+    reasons = set(ScheduleFire.objects.filter(outcome="missed").values_list("reason",
+                                                                            flat=True))
+    assert reasons and all("(missed: skip)" in reason for reason in reasons), reasons

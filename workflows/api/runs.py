@@ -117,6 +117,10 @@ def list_runs(request, status: list[RunStatusName] = Query(
               open: bool = Query(False, description="only runs not yet ended"),
               spec: str | None = Query(None, max_length=100),
               goal: int | None = Query(None, ge=1, le=MAX_ID),
+              parent: int | None = Query(None, ge=1, le=MAX_ID,
+                                         description="runs opened by this run's steps"),
+              schedule: int | None = Query(None, ge=1, le=MAX_ID,
+                                           description="runs this schedule started"),
               kind: str = Query("", max_length=50),
               ref: str = Query("", max_length=200, description="the outside reference, exactly"),
               q: str = Query("", max_length=200,
@@ -133,7 +137,7 @@ def list_runs(request, status: list[RunStatusName] = Query(
             raise HttpError(400, f"{name}: {value!r} is not a date (YYYY-MM-DD).")
     runs = readable_runs(request.user, selectors.runs(
         status=status or [], spec=spec or "", goal=goal, q=q, requester=requester,
-        open_only=open, kind=kind, ref=ref, **days))
+        open_only=open, kind=kind, ref=ref, parent=parent, schedule=schedule, **days))
     return {"count": runs.count(), "results": [run_out(r) for r in runs[offset:offset + limit]]}
 
 

@@ -69,6 +69,8 @@ class Schedule(models.Model):
     params = models.JSONField(default=dict, blank=True,
                               help_text='Fixed values for the spec\'s params: {"env": "prod"}')
     next_run_at = models.DateTimeField(null=True, blank=True)
+    until = models.DateTimeField(null=True, blank=True,
+                                 help_text="No slot after this moment: the schedule then ends.")
     missed_count = models.PositiveIntegerField(default=0, editable=False)
     paused_reason = models.CharField(max_length=300, blank=True, editable=False,
                                      help_text="Why the schedule paused itself, if it did.")

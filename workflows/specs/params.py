@@ -21,10 +21,18 @@ MAX_TEXT = 10000
 class FieldErrors(ValueError):
     """{field name: problem} for every value that was refused."""
 
-    def __init__(self, errors: dict[str, str], what: str = "param"):
+    def __init__(self, errors: dict[str, str], what: str = "param",
+                 labels: dict[str, str] | None = None):
         self.errors, self.what = errors, what
-        super().__init__("; ".join(f"{what} {name!r}: {problem}"
-                                   for name, problem in errors.items()))
+        labels = labels or {}
+        word = "parameter" if what == "param" else what
+
+        def sentence(name, problem):  # "Version is required (parameter 'version')"
+            if name == "*":
+                return f"The {word}s {problem}"
+            return f"{labels.get(name) or name} {problem} ({word} {name!r})"
+
+        super().__init__("; ".join(sentence(n, p) for n, p in errors.items()) + ".")
 
 
 def check_fields(fields, where: str) -> list[dict]:
@@ -86,8 +94,8 @@ def coerce(fields: list[dict], given, *, what: str = "param") -> dict:
     declared = {field["name"]: field for field in fields}
     for name in given:
         if name not in declared:
-            errors[name] = ("not declared by the spec" if declared else
-                            "this spec declares no " + what + "s")
+            errors[name] = ("is not declared by the spec" if declared else
+                            "is not taken: this spec declares none")
     for name, field in declared.items():
         raw = given.get(name)
         if raw is None or raw == "" and field["type"] != "text":
@@ -101,7 +109,8 @@ def coerce(fields: list[dict], given, *, what: str = "param") -> dict:
         except ValueError as exc:
             errors[name] = str(exc)
     if errors:
-        raise FieldErrors(errors, what)
+        raise FieldErrors(errors, what, {name: field.get("label", "") for name, field
+                                         in declared.items()})
     return values
 
 

@@ -16,6 +16,10 @@ class Command(BaseCommand):
         parser.add_argument("--kind", default="")
         parser.add_argument("--spec", metavar="SPEC_NAME")
         parser.add_argument("--goal", type=int, metavar="GOAL_ID")
+        parser.add_argument("--parent", type=int, metavar="RUN_ID",
+                            help="the runs this run's steps opened")
+        parser.add_argument("--schedule", type=int, metavar="SCHEDULE_ID",
+                            help="the runs this schedule started")
         parser.add_argument("--limit", type=int, default=50)
 
     def handle(self, *args, **options):
@@ -25,7 +29,8 @@ class Command(BaseCommand):
             raise CommandError(f"Goal {options['goal']} does not exist.")
         runs = selectors.runs(status=options["status"] or [], spec=options["spec"] or "",
                               goal=options["goal"], open_only=options["open"],
-                              ref=options["ref"], kind=options["kind"])
+                              ref=options["ref"], kind=options["kind"],
+                              parent=options["parent"], schedule=options["schedule"])
         rows = list(runs[: max(options["limit"], 1)])
         self.stdout.write(f"{'ID':>6}  {'STATUS':<16}  {'SPEC':<20}  {'CREATED':<16}  NEXT")
         for run in rows:

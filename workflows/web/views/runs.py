@@ -151,12 +151,20 @@ def run_detail(request, pk: int):
 @require_GET
 def run_list(request):
     names = ("q", "status", "spec", "goal", "requester", "opened_from", "opened_to",
-             "finished_from", "finished_to", "mine")
+             "finished_from", "finished_to", "mine", "parent", "schedule")
     # A NUL cannot be searched for (PostgreSQL refuses it in text): it is dropped.
     filters = {key: request.GET.get(key, "").replace("\x00", "").strip()[:200]
                for key in names}
-    goal = int_param(request.GET, "goal")
-    filters["goal"] = "" if goal is None else str(goal)
+    ids, bad = {}, []
+    for key in ("goal", "parent", "schedule"):  # a number, or said to be ignored
+        ids[key] = int_param(request.GET, key)
+        if ids[key] is None and filters[key]:
+            bad.append(f"{key} {filters[key]!r} is not a number")
+        filters[key] = "" if ids[key] is None else str(ids[key])
+    if filters["status"] and filters["status"] not in RunStatus.values:
+        bad.append(f"status {filters['status']!r} is not a run status (one of "
+                   f"{', '.join(RunStatus.values)})")
+        filters["status"] = ""
     days, bad_days = {}, []
     for key in ("opened_from", "opened_to", "finished_from", "finished_to"):
         days[key] = selectors.parse_day(filters[key])
@@ -164,7 +172,8 @@ def run_list(request):
             if filters[key]:
                 bad_days.append(f"{key.replace('_', ' ')} {filters[key]!r}")
             filters[key] = ""  # not a date: ignored (said so), and not kept in the form
-    runs = selectors.runs(status=filters["status"], spec=filters["spec"], goal=goal,
+    runs = selectors.runs(status=filters["status"], spec=filters["spec"], goal=ids["goal"],
+                          parent=ids["parent"], schedule=ids["schedule"],
                           q=filters["q"], requester=filters["requester"], **days)
     runs = readable_runs(request.user, runs)
     if filters["mine"]:
@@ -173,7 +182,7 @@ def run_list(request):
     query = urlencode({k: v for k, v in filters.items() if v})
     return render(request, "workflows/run_list.html", {
         "page": page, "filters": filters, "query": query, "statuses": RunStatus.choices,
-        "bad_days": bad_days,
+        "bad_days": bad_days, "bad_filters": bad,
         "spec_names": WorkflowSpec.objects.order_by("name").values_list("name", flat=True)
         .distinct(),
     })
