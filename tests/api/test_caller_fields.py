@@ -124,3 +124,42 @@ def test_a_refused_start_with_inline_steps_stores_no_version(api, people):
                                                "steps": [{"key": "a"}]})
     assert response.status_code == 409 and "closed goal" in response.json()["error"]
     assert not WorkflowSpec.objects.filter(name="adhoc").exists()
+
+
+@pytest.mark.parametrize("field, value, way", [
+    ("status", "completed", "a run's status follows from its steps"),
+    ("run_status", "completed", "POST /api/runs/{id}/cancel ends a run"),
+    ("owner", "bob", "who reports is the API token's user"),
+    ("actor", "agent-7", "give each agent its own token"),
+    ("step_title", "Renamed", "add a step with its title through POST /api/runs/{id}/steps"),
+    ("max_retries", 3, "retries are the spec's"),
+    ("retry_policy", "exponential", "the retry policy is the spec's"),
+    ("retry_after", "2026-12-06T00:00:00Z", "report step_status retrying"),
+    ("requires_approval", False, "a report never passes or skips one"),
+    ("compensation", {"shell": "undo"}, "a compensation is declared on the step"),
+])
+def test_other_runtimes_transition_fields_are_refused_with_tollgates_way(api, task, field,
+                                                                          value, way):
+    before = Checkpoint.objects.filter(run_id=task["id"]).count()
+    response = api["alice"].post(f"/api/runs/{task['id']}/transition",
+                                 {"step": "work", "step_status": "completed", field: value})
+    assert response.status_code == 400
+    assert f"{field} is not taken: " in response.json()["error"] and way in (
+        response.json()["error"])
+    assert Checkpoint.objects.filter(run_id=task["id"]).count() == before
+
+
+def test_a_step_given_as_a_title_is_a_wait_step(api, task):
+    started = api["alice"].post("/api/runs", {"spec": "checklist", "steps": [
+        "Review the diff", {"key": "ship", "depends_on": ["review-the-diff"]}]})
+    assert started.status_code == 201, started.json()
+    steps = {s["key"]: s for s in started.json()["steps"]}
+    assert steps["review-the-diff"]["title"] == "Review the diff"
+    assert steps["review-the-diff"]["kind"] == "wait"
+    added = api["alice"].post(f"/api/runs/{task['id']}/steps",
+                              {"steps": ["Tell the customer"]})
+    assert added.status_code == 201, added.json()
+    assert "tell-the-customer" in {s["key"] for s in added.json()["steps"]}
+    refused = api["alice"].post("/api/runs", {"spec": "checklist2", "steps": ["  "]})
+    assert refused.status_code == 400
+    assert "step 1: a step given as text needs a title" in refused.json()["error"]

@@ -226,7 +226,8 @@ def test_specs_refuse_a_bad_workflow_step():
         with pytest.raises(SpecError, match=message):
             validate_spec({"name": "p", "steps": [{"key": "a", "run": run}]})
 
-    refused({"workflow": "c", "timeout_seconds": 3}, "takes only workflow and params")
+    refused({"workflow": "c", "timeout_seconds": 3},
+            "takes only workflow, params and on_parent_failure")
     refused({"workflow": "no spaces"}, "workflow must be a spec name")
     refused({"workflow": "c", "params": [1]}, "params must be an object")
     refused({"workflow": "p"}, "cannot run itself")
@@ -234,3 +235,32 @@ def test_specs_refuse_a_bad_workflow_step():
     with pytest.raises(SpecError, match="not a workflow"):
         validate_spec({"name": "p", "steps": [{"key": "a", "run": {"command": ["true"]},
                                                "compensation": {"workflow": "c"}}]})
+
+
+def test_a_parent_that_fails_cancels_its_children_unless_its_spec_says_continue(people):
+    store_spec(CHILD)
+    for on_failure in ("cancel", "continue"):
+        run_block = {"workflow": "child", "params": {"version": "1"}}
+        if on_failure == "continue":
+            run_block["on_parent_failure"] = "continue"
+        spec = store_spec({"name": f"fan-{on_failure}", "steps": [
+            {"key": "sub", "run": run_block},
+            {"key": "check", "run": {"callable": "workflows.callables.noop"}}]})[0]
+        run = engine.open_run(spec, actor=people["alice"]).run
+        engine.start_step(run, "check")
+        work_all()  # the child opens, builds, and waits for its report
+        child = child_of(run)
+        assert child.status in ("open", "running")
+        engine.fail_step(run, "check", retryable=False, summary="checks are red")
+        deliver_outbox()
+        work_all()
+        child.refresh_from_db()
+        run.refresh_from_db()
+        if on_failure == "cancel":
+            assert child.status == "cancelled"
+            assert f"Run {run.pk} failed: " in child.error
+            assert run.status == "failed"
+            assert run.steps.get(key="sub").status == "failed"
+        else:  # the child goes on; the parent waits for it, then fails
+            assert child.status not in ("cancelled", "failed", "completed")
+            assert run.status == "running"

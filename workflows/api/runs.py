@@ -8,6 +8,8 @@ from typing import Any, Literal
 from django.db import transaction
 from ninja import Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
+from pydantic import model_validator
+from pydantic_core import PydanticCustomError
 
 from goals.models import Priority
 from tollgate.exports import csv_download
@@ -51,7 +53,7 @@ class RunIn(Input):
     kind: str = Field("", max_length=50, description="what sort of run this is")
     ref: str = Field("", max_length=200, description="an outside reference (a ticket, a "
                                                      "session id) to find the run by")
-    steps: list[dict[str, Any]] | None = Field(
+    steps: list[dict[str, Any] | str] | None = Field(
         None, description="inline steps: a one-off version of the spec named by `spec`, "
                           "validated and authorised like any spec")
 
@@ -61,6 +63,32 @@ class ResumeOut(Schema):
     can_resume: bool
     next_step: str | None
     message: str
+
+
+# Fields other runtimes take on a transition, each refused with Tollgate's way to do it
+# (the README's table of the two runtimes lists them): a report never sets what the engine
+# derives, nor skips a gate or marks a worker's step done.
+FOREIGN_TRANSITION_FIELDS = {
+    "run_status": "a run's status follows from its steps: report the step's step_status; "
+                  "POST /api/runs/{id}/cancel ends a run",
+    "owner": "a step has no owner: who reports is the API token's user (the step's "
+             "reported_by)",
+    "actor": "who reports is the API token's user: give each agent its own token "
+             "(manage.py create_token) and name the checkpoint with label",
+    "step_title": "a step's title is its spec's: add a step with its title through "
+                  "POST /api/runs/{id}/steps",
+    "max_retries": "retries are the spec's (max_retries on the step); "
+                   "POST /api/runs/{id}/steps/{key}/retry retries a failed step",
+    "retry_policy": "the retry policy is the spec's (retry_backoff, retry_backoff_seconds on "
+                    "the step)",
+    "retry_after": "when a retry starts is the spec's backoff; report step_status "
+                   "retrying to ask for one",
+    "requires_approval": "a gate is a step with approval, in the spec or added by an "
+                         "operator through POST /api/runs/{id}/steps; a report never passes "
+                         "or skips one",
+    "compensation": "a compensation is declared on the step, in the spec or when the step is "
+                    "added",
+}
 
 
 class TransitionIn(Input):
@@ -77,6 +105,17 @@ class TransitionIn(Input):
                                             "blocked)")
     shared_state_mode: Literal["merge", "replace"] = Field(
         "merge", description="merge the state patch into the shared state, or replace it")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tollgates_way(cls, data):
+        if isinstance(data, dict):
+            for name, way in FOREIGN_TRANSITION_FIELDS.items():
+                if name in data or (name == "run_status" and "status" in data):
+                    raise PydanticCustomError(
+                        "foreign_field", "{field} is not taken: {way}",
+                        {"field": "status" if "status" in data else name, "way": way})
+        return data
 
 
 class TransitionOut(Schema):
@@ -216,7 +255,7 @@ def run_audit(request, run_id: Id):
 
 
 class AddStepsIn(Input):
-    steps: list[dict[str, Any]] = Field(min_length=1, max_length=200,
+    steps: list[dict[str, Any] | str] = Field(min_length=1, max_length=200,
                                         description="steps as in a spec")
 
 

@@ -130,9 +130,10 @@ def deliver(message_id: int, now=None) -> str:
                                    [key for kind, key in events if kind != "remind"],
                                    reminded=[key for kind, key in events if kind == "remind"])
         elif message.job == OutboxJob.CHILDREN:
+            why = ("failed" if checkpoint.step_status == StepStatus.FAILED
+                   and checkpoint.kind != CheckpointKind.RUN_CANCELLED else "cancelled it")
             engine.children.cancel_children(
-                message.run_id, f"Run {message.run_id} cancelled it: "
-                                f"{checkpoint.summary}"[:500])
+                message.run_id, f"Run {message.run_id} {why}: {checkpoint.summary}"[:500])
         else:
             for delivery_id in webhooks.plan(checkpoint.pk, events):
                 dispatch.deliver_webhook(delivery_id)

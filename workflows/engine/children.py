@@ -158,11 +158,17 @@ def open_children(run_id: int) -> list[int]:
 
 def cancel_children(run_id: int, reason: str) -> int:
     """Cancel the open child runs of a run that was cancelled (or whose waiting step was
-    skipped): each is one transition of its own. Returns how many were cancelled."""
+    skipped), or that another step failed (unless the waiting step's `on_parent_failure`
+    is "continue"): each is one transition of its own. Returns how many were cancelled."""
+    failing = Step.objects.filter(run_id=run_id, status=StepStatus.FAILED,
+                                  continue_on_failure=False).exists()
     cancelled = 0
     for child_id in open_children(run_id):
-        parent_step = Step.objects.filter(child_run_id=child_id).values("status").first()
-        if parent_step and parent_step["status"] == StepStatus.RUNNING:
+        parent_step = Step.objects.filter(child_run_id=child_id).values("status",
+                                                                         "config").first()
+        if parent_step and parent_step["status"] == StepStatus.RUNNING and not (
+                failing and (parent_step["config"].get("run") or {}).get(
+                    "on_parent_failure") != "continue"):
             continue  # its step waits for it again (retried): not ours to cancel
         cancelled += cancel_run(child_id, reason=reason) is not None
     return cancelled

@@ -94,6 +94,8 @@ def commit(state: RunState, kind: str, *, actor, step: Step | None = None, summa
     gates = [gate.key for gate in opened if gate.kind == StepKind.APPROVAL]
     if gates:
         evidence = {**(evidence or {}), "gates_opened": gates}
+    if children := _children_to_cancel(run, frontier, failed, step):
+        evidence = {**(evidence or {}), "children": children}
     user, name = actor_of(actor)
     checkpoint = state.append(
         kind=kind, step=step, run_status=run.status, step_status=step.status if step else "",
@@ -106,6 +108,17 @@ def commit(state: RunState, kind: str, *, actor, step: Step | None = None, summa
                      step_status=skip.status, actor=None, actor_name="condition", summary=why,
                      evidence={"when": skip.config["when"]}, state_patch={}, at=now)
     return checkpoint
+
+
+def _children_to_cancel(run, frontier, failed, step) -> list[int]:
+    """The child runs to cancel because this transition's step failed the run while other
+    steps wait for their children (unless a step's `on_parent_failure` is "continue"): the
+    outbox cancels them, and the run fails once they have ended."""
+    if failed is None or step is None or step.pk != failed.pk or run.is_terminal:
+        return []
+    return [s.child_run_id for s in frontier
+            if s.status == StepStatus.RUNNING and s.child_run_id
+            and (s.config.get("run") or {}).get("on_parent_failure") != "continue"]
 
 
 def _tell_dependents(state: RunState, step: Step) -> None:

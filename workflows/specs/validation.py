@@ -24,9 +24,11 @@ STEP_FIELDS = {
 }
 WAIT_OUTCOMES = ("fail", "skip")
 ACTION_FIELDS = {"command", "shell", "callable", "agent", "timeout_seconds", "cwd", "env",
-                 "account", "workflow", "params"}
-# A run inside a run: `{"workflow": SPEC_NAME, "params": {...}}` and nothing else.
-WORKFLOW_FIELDS = {"workflow", "params"}
+                 "account", "workflow", "params", "on_parent_failure"}
+# A run inside a run: `{"workflow": SPEC_NAME, "params": {...}}`, and what becomes of the
+# child when another step fails the parent (`on_parent_failure`: cancel, the default, or
+# continue).
+WORKFLOW_FIELDS = {"workflow", "params", "on_parent_failure"}
 SPEC_NAME = re.compile(r"^[-a-zA-Z0-9_]{1,100}$")
 # Coding agents a step may run, each through its non-interactive command line (settings).
 PROVIDERS = ("claude", "cursor", "codewith", "aicopilot", "opencode", "codex")
@@ -172,14 +174,22 @@ def _validate_agent(where: str, agent) -> dict:
 def _validate_workflow(where: str, action: dict) -> dict:
     extra = sorted(set(action) - WORKFLOW_FIELDS)
     if extra:
-        _fail(where, f"a workflow step takes only workflow and params (got {', '.join(extra)})")
+        _fail(where, "a workflow step takes only workflow, params and on_parent_failure "
+                     f"(got {', '.join(extra)})")
     name = action["workflow"]
     if not isinstance(name, str) or not SPEC_NAME.match(name):
         _fail(where, "workflow must be a spec name (letters, digits, - or _)")
     params = action.get("params", {})
     if not isinstance(params, dict):
         _fail(where, "params must be an object of the child spec's parameters")
-    return {"workflow": name, "params": params}
+    on_failure = action.get("on_parent_failure", "cancel")
+    if on_failure not in ("cancel", "continue"):
+        _fail(where, "on_parent_failure must be 'cancel' (the child is cancelled when another "
+                     f"step fails the parent) or 'continue', got {on_failure!r}")
+    normal = {"workflow": name, "params": params}
+    if on_failure == "continue":
+        normal["on_parent_failure"] = "continue"
+    return normal
 
 
 def _validate_action(where: str, action, *, compensation: bool = False) -> dict:
@@ -196,8 +206,8 @@ def _validate_action(where: str, action, *, compensation: bool = False) -> dict:
             _fail(where, "a compensation is a command, shell, callable or agent, not a "
                          "workflow")
         return _validate_workflow(where, action)
-    if "params" in action:
-        _fail(where, "params belong to a workflow step")
+    if "params" in action or "on_parent_failure" in action:
+        _fail(where, "params and on_parent_failure belong to a workflow step")
     if "agent" in action:
         action = {**action, "agent": _validate_agent(f"{where} agent", action["agent"])}
     if "account" in action:
@@ -387,9 +397,23 @@ def _validate_when(where: str, when) -> dict:
     return {sources[0]: path, test: value}
 
 
+def bare_step(index: int, title: str) -> dict:
+    """A step given as its title alone: a wait step (someone reports it done), keyed by
+    its title ("Review the diff" is `review-the-diff`)."""
+    title = title.strip()
+    if not title:
+        _fail(f"step {index + 1}", "a step given as text needs a title, got an empty string")
+    if len(title) > TEXT_LIMITS["title"]:
+        _fail(f"step {index + 1}", f"title is longer than {TEXT_LIMITS['title']} characters")
+    key = re.sub(r"[^a-z0-9_.-]+", "-", title.lower()).strip("-.")[:100] or f"step-{index + 1}"
+    return {"key": key, "title": title}
+
+
 def _validate_step(index: int, step) -> dict:
+    if isinstance(step, str):
+        step = bare_step(index, step)
     if not isinstance(step, dict):
-        _fail(f"step {index + 1}", "must be an object")
+        _fail(f"step {index + 1}", "must be an object, or a title (a wait step)")
     key = step.get("key")
     if not isinstance(key, str) or not key.strip():
         _fail(f"step {index + 1}", "missing key")

@@ -124,13 +124,26 @@ def command_env(context: dict, state_file: Path, patch_file: Path,
     params = {env_name(name): value if isinstance(value, str) else json.dumps(value)
               for name, value in (context.get("params") or {}).items()}
     fence = {f"TOLLGATE_{name.upper()}": str(value) for name, value in fence_of(context).items()}
-    return {**base, **env, **params,
+    origin = {f"TOLLGATE_{ORIGIN_ENV[name]}": str(value)
+              for name, value in origin_of(context).items()}
+    return {**base, **env, **params, **origin,
             "TOLLGATE_RUN_ID": str(context["run_id"]),
             "TOLLGATE_STEP_KEY": context["step_key"],
             "TOLLGATE_ATTEMPT": str(context["attempt"]),
             **fence,
             "TOLLGATE_STATE_FILE": str(state_file),
             "TOLLGATE_STATE_PATCH_FILE": str(patch_file)}
+
+
+# Where a run came from, as a command reads it: TOLLGATE_SPEC, TOLLGATE_SCHEDULE_ID, ...
+ORIGIN_ENV = {"spec": "SPEC", "schedule": "SCHEDULE_ID", "slot": "SLOT",
+              "parent_run": "PARENT_RUN_ID", "parent_step": "PARENT_STEP_KEY"}
+
+
+def origin_of(context: dict) -> dict:
+    """The run's spec, and the schedule and slot or the parent run and step that started it
+    (those it has)."""
+    return {name: context[name] for name in ORIGIN_ENV if context.get(name) not in (None, "")}
 
 
 def fence_of(context: dict) -> dict:
@@ -257,9 +270,10 @@ def _run_in(work: Path, action, env, user, context, shared_state, stop, grace, c
     state_file, patch_file = io / "state.json", io / "state_patch.json"
     params = context.get("params")
     # The run's shared state, its params (read-only) under "params" when it has any, and
-    # the attempt's fence under "tollgate".
+    # the attempt's fence and the run's origin under "tollgate".
     state_file.write_text(json.dumps({**shared_state, **({"params": params} if params else {}),
-                                      "tollgate": fence_of(context)}))
+                                      "tollgate": {**fence_of(context),
+                                                   **origin_of(context)}}))
     argv = ["/bin/sh", "-c", action["shell"]] if "shell" in action else action["command"]
     clean = command_env(context, state_file, patch_file, env)
     if user:

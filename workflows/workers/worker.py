@@ -244,6 +244,21 @@ def _execute(step: Step, owner: str, deadline: float) -> list[str]:
     return kinds
 
 
+def origin(run) -> dict:
+    """Where a run came from, for its commands: its spec, the schedule and slot that started
+    it (the scheduler's idempotency key, schedule:ID:SLOT), or its parent run and step."""
+    found = {"spec": run.spec_name}
+    key = run.idempotency_key or ""
+    if key.startswith("schedule:") and key.count(":") >= 2:
+        schedule, slot = key.split(":", 2)[1:]
+        found.update(schedule=schedule, slot=slot)
+    if run.parent_step_id:
+        parent = Step.objects.filter(pk=run.parent_step_id).values_list("run_id", "key").first()
+        if parent:
+            found.update(parent_run=parent[0], parent_step=parent[1])
+    return found
+
+
 def _execute_one(step: Step, owner: str, chain: bool = True):
     with logs.about(run=step.run_id, step=step.key, attempt=step.attempt), \
             tracing.attempt_span(step.run_id, step.key, step.attempt):
@@ -253,7 +268,7 @@ def _execute_one(step: Step, owner: str, chain: bool = True):
 def _execute_attempt(step: Step, owner: str, chain: bool):
     token = step.lease_token
     context = {"run_id": step.run_id, "step_key": step.key, "attempt": step.attempt,
-               "spec": step.run.spec_name, "params": step.run.params,
+               "params": step.run.params, **origin(step.run),
                "lease": {"kind": "step", "id": step.pk, "token": token}}
     stop = KEEPER.hold("step", step.pk, token, settings.TOLLGATE_LEASE_SECONDS,
                        since=getattr(step, "claimed_since", None))
@@ -411,8 +426,7 @@ def compensate_run(run_id: int) -> list[str]:
                            since=since)
         try:
             context = {"run_id": run_id, "step_key": row.step.key, "attempt": row.attempt,
-                       "spec": row.run.spec_name, "params": row.run.params,
-                       "compensating": True,
+                       "params": row.run.params, **origin(row.run), "compensating": True,
                        "lease": {"kind": "compensation", "id": row.pk,
                                  "token": row.lease_token}}
             with logs.about(run=run_id, step=row.step.key, attempt=row.attempt,

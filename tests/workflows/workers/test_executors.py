@@ -176,3 +176,40 @@ def test_allow_list_wildcard_covers_module_functions(path):
     assert callable_allowed(path)
     assert not callable_allowed("workflows.callables_evil.noop")
     assert not callable_allowed("workflows.callables.sub.noop")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_command_knows_its_spec_schedule_slot_and_parent_run(release_spec, people):
+    """From the run itself: a scheduled run's schedule and slot, a child's parent run and
+    step, and every run's spec, in the environment and under "tollgate" in the state file."""
+    from datetime import UTC, datetime
+
+    from tests.workflows.test_children import CHILD, parent_spec, work_all
+    from workflows import engine, schedules
+    from workflows.models import Run, Schedule
+    from workflows.specs.storage import store_spec
+    from workflows.workers.worker import origin
+
+    slot = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+    item = Schedule.objects.create(name="nightly", spec_name="release", cron="",
+                                   interval_seconds=3600, next_run_at=slot)
+    schedules.tick(slot)
+    scheduled = Run.objects.get(idempotency_key__startswith="schedule:")
+    store_spec(CHILD)
+    parent = engine.open_run(parent_spec(), actor=people["alice"], params={"version": "1"}).run
+    work_all()
+    child = Run.objects.get(parent_step__run=parent)
+    script = ('echo "$TOLLGATE_SPEC|$TOLLGATE_SCHEDULE_ID|$TOLLGATE_SLOT|'
+              '$TOLLGATE_PARENT_RUN_ID|$TOLLGATE_PARENT_STEP_KEY"; cat "$TOLLGATE_STATE_FILE"')
+    for run_, line, tollgate in [
+        (scheduled, f"release|{item.pk}|{slot.isoformat()}||",
+         {"spec": "release", "schedule": str(item.pk), "slot": slot.isoformat()}),
+        (child, f"child|||{parent.pk}|sub",
+         {"spec": "child", "parent_run": parent.pk, "parent_step": "sub"}),
+    ]:
+        outcome = run_process({"shell": script}, context={**CONTEXT, **origin(run_)},
+                              shared_state={}, stop=threading.Event(), grace=1.0)
+        lines = outcome.evidence["stdout"].splitlines()
+        assert lines[0] == line
+        state = json.loads(lines[1])["tollgate"]
+        assert {k: v for k, v in state.items() if not k.startswith("fencing")} == tollgate
