@@ -115,8 +115,20 @@ class WorkflowSpecAdmin(admin.ModelAdmin):
             self.message_user(request, f"{spec} is unchanged; no new version stored.",
                               messages.WARNING)
         elif change:
-            self.message_user(request, f"Saved as a new version, {spec}; runs keep the "
-                                       "version they started with.")
+            self.message_user(request, f"Saved {spec.name!r} as version {spec.version}, now "
+                                       "the active one; runs keep the version they started "
+                                       "with.", messages.SUCCESS)
+        else:
+            self.message_user(request, f"Stored {spec.name!r} as version {spec.version}.",
+                              messages.SUCCESS)
+
+    def message_user(self, request, message, level=messages.INFO, *args, **kwargs):
+        # Django's own "The workflow spec “release v2” was changed successfully" would name
+        # the spec by a version and call a new version a change: save_model said it above.
+        if level == messages.SUCCESS and ("was changed successfully" in str(message)
+                                          or "was added successfully" in str(message)):
+            return
+        super().message_user(request, message, level, *args, **kwargs)
 
 
 class ReadOnlyInline(admin.TabularInline):

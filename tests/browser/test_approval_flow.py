@@ -95,7 +95,7 @@ def test_every_page_renders_and_is_captured(page, shoot, waiting_run):
     shoot("goals-expanded")
     page.goto(f"/runs/{waiting_run.pk}/")
     page.click("text=Cancel run…")  # the page that asks why
-    page.fill("input[name=reason]", "superseded by 2.1")
+    page.fill("textarea[name=reason]", "superseded by 2.1")
     page.click("button:has-text('Yes, cancel the run')")
     page.wait_for_selector("#run-body[data-status=cancelled]")
     assert "superseded by 2.1" in page.inner_text(".timeline")

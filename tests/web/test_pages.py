@@ -13,6 +13,12 @@ from workflows.web import cards
 
 pytestmark = pytest.mark.django_db
 
+
+def button(name: str) -> str:
+    """A button as the page writes it: its word, then the gate or step it acts on for
+    screen readers."""
+    return f'>{name}<span class="visually-hidden">'
+
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
@@ -66,26 +72,26 @@ class TestInbox:
 class TestRunPage:
     def test_shows_steps_timeline_and_buttons_for_approver(self, client, waiting, people):
         body = as_user(client, people["bob"]).get(f"/runs/{waiting.pk}/").content.decode()
-        assert "Approve</button>" in body and "Reject</button>" in body
-        assert "Retry</button>" not in body and "Cancel run" not in body
+        assert button("Approve") in body and button("Reject") in body
+        assert button("Retry") not in body and "Cancel run" not in body
         assert "step completed" in body and 'hx-trigger="every 2s"' in body
 
     def test_operator_sees_cancel_not_approve(self, client, waiting, people):
         body = as_user(client, people["alice"]).get(f"/runs/{waiting.pk}/").content.decode()
-        assert "Cancel run" in body and "Approve</button>" not in body
+        assert "Cancel run" in body and button("Approve") not in body
 
     def test_manager_sees_everything_and_no_buttons(self, client, waiting, people):
         body = as_user(client, people["dave"]).get(f"/runs/{waiting.pk}/").content.decode()
         assert "QA sign-off" in body
-        for button in ("Approve</button>", "Reject</button>", "Retry</button>", "Cancel run"):
-            assert button not in body
+        for shown in (button("Approve"), button("Reject"), button("Retry"), "Cancel run"):
+            assert shown not in body
 
     def test_retry_button_on_failed_step_for_operator(self, client, release_spec, people):
         run = engine.open_run(release_spec).run
         engine.start_step(run, "build")
         engine.fail_step(run, "build", retryable=False, summary="boom")
         body = as_user(client, people["alice"]).get(f"/runs/{run.pk}/").content.decode()
-        assert "Retry</button>" in body and "boom" in body
+        assert button("Retry") in body and "boom" in body
 
     def test_output_is_escaped(self, client, release_spec, people):
         run = engine.open_run(release_spec).run
@@ -360,8 +366,8 @@ class TestSkip:
         body = as_user(client, people["alice"]).get(f"/runs/{waiting.pk}/").content.decode()
         deploy = body.split('id="step-deploy"')[1].split("</tr>")[0]
         qa = body.split('id="step-qa"')[1].split("</tr>")[0]
-        assert "Skip</button>" in deploy and "Skip</button>" not in qa
-        assert "Skip</button>" not in as_user(client, people["bob"]).get(
+        assert button("Skip") in deploy and button("Skip") not in qa
+        assert button("Skip") not in as_user(client, people["bob"]).get(
             f"/runs/{waiting.pk}/").content.decode()
 
     def test_skip_needs_a_reason_and_then_moves_the_run_on(self, client, release_spec, people):
@@ -856,3 +862,37 @@ class TestTheSmallerThings:
         chart = render_to_string("goals/_bars.html", {
             "bars": [{"label": "qa", "value": 237.3, "width": 100}], "durations": True})
         assert "3 min" in chart and "237.3" not in chart
+
+
+class TestSmallRefusals:
+    def test_cancelling_from_the_page_needs_a_reason(self, client, waiting, people):
+        client.force_login(people["alice"])
+        response = client.post(f"/runs/{waiting.pk}/cancel/", {"reason": "  "})
+        assert response.status_code == 400
+        assert "Say why the run is cancelled" in response.content.decode()
+        waiting.refresh_from_db()
+        assert waiting.status == "waiting_approval"
+
+    def test_a_token_needs_a_name(self, client, people):
+        from workflows.models import ApiToken
+
+        client.force_login(people["bob"])
+        response = client.post("/profile/", {"name": " "}, follow=True)
+        assert "Name the token" in response.content.decode()
+        assert not ApiToken.objects.exists()
+
+    def test_staff_without_admin_rights_see_no_admin_link_and_a_styled_refusal(
+            self, client, people, waiting):
+        from tests.conftest import make_user
+
+        clerk = make_user("clerk", is_staff=True)
+        client.force_login(clerk)
+        assert 'href="/admin/"' not in client.get("/").content.decode()
+        refused = client.get(f"/runs/{waiting.pk}/cancel/")  # for operators: said, styled
+        assert refused.status_code == 403
+        body = refused.content.decode()
+        assert "Cancelling needs the operator permission." in body and 'class="bar"' in body
+        people["alice"].is_staff = True
+        people["alice"].save()
+        client.force_login(people["alice"])
+        assert 'href="/admin/"' in client.get("/").content.decode()

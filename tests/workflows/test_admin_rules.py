@@ -178,3 +178,31 @@ class TestWebhookAddresses:
             "group": "qa", "url": "https://93.184.215.14/x", "secret": "", "active": "on"})
         hook.refresh_from_db()
         assert hook.secret == "very-secret-value"  # empty keeps it
+
+
+def test_the_spec_form_shows_every_problem_and_says_which_version_it_saved(client):
+    import json
+    import re
+
+    root = make_user("root", is_staff=True, is_superuser=True)
+    spec = store_spec({"name": "checks", "steps": [{"key": "a"}]})[0]
+    client.force_login(root)
+    bad = {"max_parallel": "x", "steps": [
+        {"key": "a", "max_retries": -1, "colour": 1}, {"key": "b", "depends_on": ["zz"]},
+        {"key": "a"}]}
+    response = client.post(f"/admin/workflows/workflowspec/{spec.pk}/change/",
+                           {"definition": json.dumps(bad)})
+    errors = re.findall(r"<li>(.*?)</li>", response.content.decode().split(
+        'class="errorlist')[1].split("</ul>")[0])
+    assert [e.split(":")[0] for e in errors] == [
+        "spec", "step &#x27;a&#x27;", "step &#x27;a&#x27;", "step &#x27;a&#x27;",
+        "step &#x27;b&#x27;"]
+    assert any("unknown field &#x27;colour&#x27;" in e for e in errors)
+    assert any("max_retries must not be negative" in e for e in errors)
+    assert any("duplicate key" in e for e in errors)
+    response = client.post(f"/admin/workflows/workflowspec/{spec.pk}/change/",
+                           {"definition": json.dumps({"steps": [{"key": "a"}, {"key": "b"}]})},
+                           follow=True)
+    body = response.content.decode()
+    assert "Saved &#x27;checks&#x27; as version 2, now the active one" in body
+    assert "was changed successfully" not in body

@@ -486,22 +486,54 @@ def validate_step(index: int, step) -> dict:
 
 
 def spec_problems(data) -> list[str]:
-    """Every problem of a spec at once, for a form to show together: each step's own
-    (its first), then what only the whole spec shows (duplicates, dependencies, cycles).
-    Empty when the spec is valid."""
+    """Every problem of a spec at once, for a form to show together: the spec's own fields,
+    each step's problems (an unknown field, then what is wrong with the rest of it), and
+    what only the whole spec shows (duplicate keys, unknown dependencies, cycles). Empty
+    when the spec is valid."""
     try:
         validate_spec(data)
         return []
     except SpecError as exc:
         first = str(exc)
-    steps = data.get("steps") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return [first]
     problems = []
-    for index, step in enumerate(steps if isinstance(steps, list) else []):
-        try:
-            _validate_step(index, step)
-        except SpecError as exc:
-            problems.append(str(exc))
-    return problems if first in problems or not problems else [first, *problems]
+    try:  # the spec's own fields, with a step that is surely valid
+        validate_spec({**{k: v for k, v in data.items() if k != "steps"},
+                       "steps": [{"key": "step"}]})
+    except SpecError as exc:
+        problems.append(str(exc))
+    steps = data.get("steps") if isinstance(data.get("steps"), list) else []
+    valid, keys = [], []
+    for index, step in enumerate(steps):
+        if isinstance(step, dict) and isinstance(step.get("key"), str):
+            keys.append(step["key"])
+        problems.extend(_step_problems(index, step, valid))
+    for key in sorted({key for key in keys if keys.count(key) > 1}):
+        problems.append(f"step {key!r}: duplicate key")
+    for step in valid:
+        for dep in step["depends_on"]:
+            if dep not in keys:
+                problems.append(f"step {step['key']!r}: depends_on names unknown step {dep!r}")
+    if not problems:
+        return [first]
+    return problems if first in problems else [first, *problems]
+
+
+def _step_problems(index: int, step, valid: list) -> list[str]:
+    """A step's problems: an unknown field first, then the first problem of the rest."""
+    problems = []
+    if isinstance(step, dict):
+        unknown = sorted(set(step) - STEP_FIELDS)
+        if unknown and isinstance(step.get("key"), str):
+            problems.append(f"step {step['key']!r}: unknown field {unknown[0]!r} (allowed: "
+                            f"{', '.join(sorted(STEP_FIELDS))})")
+            step = {k: v for k, v in step.items() if k in STEP_FIELDS}
+    try:
+        valid.append(_validate_step(index, step))
+    except SpecError as exc:
+        problems.append(str(exc))
+    return problems
 
 
 def _find_cycle(steps: list[dict]) -> str | None:

@@ -52,8 +52,12 @@ def profile(request):
             messages.success(request, "You decide your own gates again.")
         return redirect("profile")
     elif request.method == "POST":
-        name = request.POST.get("name", "").replace("\x00", "").strip()[:100] or "API token"
-        _, new_token = ApiToken.objects.issue(request.user, name, actor=request.user)
+        name = request.POST.get("name", "").replace("\x00", "").strip()[:100]
+        if not name:  # a token is found again, and revoked, by its name
+            messages.error(request, "Name the token (what uses it, such as “release bot”): "
+                                    "no token was made.")
+        else:
+            _, new_token = ApiToken.objects.issue(request.user, name, actor=request.user)
     tokens = ApiToken.objects.filter(user=request.user)
     if away is None:
         away = AwayForm(initial={"away_from": preference.away_from,

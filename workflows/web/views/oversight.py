@@ -4,7 +4,8 @@ development mail page."""
 from __future__ import annotations
 
 from django.conf import settings
-from django.http import Http404, HttpResponseForbidden
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -26,7 +27,7 @@ def workers(request):
     """Operators: every consumer seen, alive, gone or silent, what each holds; the periodic
     tasks' last runs; a warning when no sweep has run for three periods."""
     if not (can_operate(request.user) or request.user.is_staff):
-        return HttpResponseForbidden("The workers page is for operators.")
+        raise PermissionDenied("The workers page is for operators.")
     now = timezone.now()
     return render(request, "workflows/workers.html", {
         "workers": operations.workers(now), "periodic": operations.periodic_runs(),
@@ -49,7 +50,7 @@ def gates_due(request):
     """For managers (staff and export_audit, as the audit): per group, how long the waiting
     gates have waited, and the gates overdue, due within a day, and escalated."""
     if not can_export_audit(request.user):
-        return HttpResponseForbidden("The deadlines view is for managers (staff or the "
+        raise PermissionDenied("The deadlines view is for managers (staff or the "
                                      "export_audit permission).")
     now = timezone.now()
     return render(request, "workflows/gates_due.html",
@@ -60,7 +61,7 @@ def gates_due(request):
 def audit(request):
     """Every decision in a date range, streamed as CSV (staff and managers)."""
     if not can_export_audit(request.user):
-        return HttpResponseForbidden("Exporting the audit trail needs staff or the "
+        raise PermissionDenied("Exporting the audit trail needs staff or the "
                                      "export_audit permission.")
     start = selectors.parse_day(request.GET.get("from", ""))
     end = selectors.parse_day(request.GET.get("to", ""))

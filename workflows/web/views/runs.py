@@ -4,8 +4,9 @@ retry, skip, cancel, recover), each a real form post answered with a fragment fo
 from __future__ import annotations
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, HttpResponse, HttpResponseForbidden, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
@@ -286,11 +287,15 @@ def run_cancel(request, pk: int):
     run = get_object_or_404(readable_runs(request.user).select_related("spec"), pk=pk)
     if request.method == "GET":  # the confirmation page for browsers without JavaScript
         if not can_operate(request.user):
-            return HttpResponseForbidden("Cancelling needs the operator permission.")
+            raise PermissionDenied("Cancelling needs the operator permission.")
         children = Run.objects.filter(parent_step__run=run,
                                       status__in=OPEN_RUN_STATUSES).exists()
         return render(request, "workflows/run_cancel.html", {"run": run, "children": children})
     try:
+        # The page asks why: it needs a why (once the engine would let this person cancel).
+        if can_cancel(request.user, run) and not request.POST.get("reason", "").strip():
+            raise engine.InvalidInput("Say why the run is cancelled: the reason goes on the "
+                                      "timeline.")
         engine.cancel_run(run, actor=request.user,
                           reason=request.POST.get("reason", ""))
     except engine.WorkflowError as exc:

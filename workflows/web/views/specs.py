@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import HttpResponseForbidden
+from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
@@ -27,7 +27,7 @@ def start_run(request, name: str):
     """A form built from the spec's params; submitting opens the run page."""
     spec = get_object_or_404(WorkflowSpec, name=name, status="active")
     if not permissions.has(request.user, permissions.START):
-        return HttpResponseForbidden("Starting runs needs the workflows.add_run permission; "
+        raise PermissionDenied("Starting runs needs the workflows.add_run permission; "
                                      "ask an administrator.")
     params = spec.definition.get("params", [])
     form = StartRunForm(request.POST or None, params=params)
