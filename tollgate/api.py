@@ -202,11 +202,34 @@ for router in (specs.router, runs.router, steps.router, workers.router):
 api.add_router("/", goals_router)
 
 
+def _json_not_allowed(view):
+    """Ninja answers a method a path does not take with plain text: the API's own error
+    body instead, naming the methods it takes (its Allow header stays)."""
+    import functools
+
+    from django.http import JsonResponse
+
+    @functools.wraps(view)
+    def wrapped(request, *args, **kwargs):
+        response = view(request, *args, **kwargs)
+        if response.status_code != 405 or response.get("Content-Type", "").startswith(
+                "application/json"):
+            return response
+        allowed = response.get("Allow", "")
+        answer = JsonResponse({"error": f"{request.method} is not taken here: use "
+                                        f"{' or '.join(allowed.split(', ')) or 'another path'}."},
+                              status=405)
+        answer["Allow"] = allowed
+        return answer
+
+    return wrapped
+
+
 def urls():
     """The API's URL patterns, open to LoginRequiredMiddleware: the API answers 401 itself."""
     from django.contrib.auth.decorators import login_not_required
 
     patterns, app_name, namespace = api.urls
     for pattern in patterns:
-        pattern.callback = login_not_required(pattern.callback)
+        pattern.callback = login_not_required(_json_not_allowed(pattern.callback))
     return patterns, app_name, namespace

@@ -34,6 +34,26 @@ class Context(logging.Filter):
         return True
 
 
+# Huey's line for every task it runs and every periodic task it queues: at INFO they bury
+# what a person looks for (the console mail of `make run`, a failed step); LOG_LEVEL=DEBUG
+# shows them again.
+ROUTINE = ("Executing ", " executed in ", "Enqueueing periodic task ")
+
+
+class Quiet(logging.Filter):
+    """Keeps Huey's routine lines out below DEBUG, and the traceback of a refusal (4xx) out
+    of django.request's warning: the line says what was refused, and it is no error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        routine = isinstance(record.msg, str) and any(part in record.msg for part in ROUTINE)
+        if (routine and record.name.startswith("huey") and record.levelno == logging.INFO
+                and logging.getLogger().getEffectiveLevel() > logging.DEBUG):
+            return False
+        if record.name == "django.request" and getattr(record, "status_code", 500) < 500:
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
 class Json(logging.Formatter):
     """One JSON object per line: time, level, logger, message, the context, any error."""
 

@@ -341,16 +341,19 @@ LOG_FORMAT = os.environ.get("TOLLGATE_LOG_FORMAT", "text")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"context": {"()": "tollgate.logs.Context"}},
+    "filters": {"context": {"()": "tollgate.logs.Context"},
+                "quiet": {"()": "tollgate.logs.Quiet"}},
     "formatters": {
         "text": {"format": "[%(asctime)s] %(levelname)s %(name)s%(where)s: %(message)s"},
         "json": {"()": "tollgate.logs.Json"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["context"],
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["context", "quiet"],
                              "formatter": "json" if LOG_FORMAT == "json" else "text"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "INFO"},
+        # Once, through the one console handler (Django's own would print it again).
+        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
         "huey": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO"),
                  "propagate": False},
         # Sign-ins and lockouts at INFO are django-axes' own chatter; warnings still show.

@@ -67,7 +67,12 @@ def trail_entry(step: Step) -> dict:
         summary = ""  # a machine's "x.y.z returned": the status already says it
     return {"key": step.key, "title": step.title, "status": step.status,
             "finished_at": step.finished_at, "summary": summary,
-            "reported_by": step.reported_by, "values": values}
+            "reported_by": step.reported_by, "values": values,
+            "child_run": step.child_run_id}
+
+
+WHEN_WORDS = {"equals": "equals", "not_equals": "not equals", "in": "in", "exists": "exists",
+              "gt": "is above", "gte": "is at least", "lt": "is below", "lte": "is at most"}
 
 
 def consequences(gate: Step, by_key: dict[str, Step]) -> dict:
@@ -83,8 +88,8 @@ def consequences(gate: Step, by_key: dict[str, Step]) -> dict:
         if when:
             source = "params" if "params" in when else "state"
             path = f"{source} {when[source]}"
-            test = next((t for t in ("equals", "not_equals", "in", "exists") if t in when), "")
-            condition = f"if {path} {test.replace('_', ' ')} {json.dumps(when.get(test))}"
+            test = next((t for t in WHEN_WORDS if t in when), "")
+            condition = f"if {path} {WHEN_WORDS.get(test, test)} {json.dumps(when.get(test))}"
         starts.append({"title": step.title, "condition": condition})
     undone = [step.title for step in sorted(by_key.values(), key=lambda s: -s.index)
               if step.compensation and step.status == StepStatus.COMPLETED]
@@ -100,7 +105,7 @@ def brief(gates: list[Step]) -> None:
     for step in Step.objects.filter(run_id__in={gate.run_id for gate in gates}).only(
             "run_id", "key", "title", "index", "status", "depends_on", "dependents", "config",
             "compensation", "last_summary", "last_state_patch", "reported_by",
-            "finished_at").order_by("index"):
+            "finished_at", "child_run_id").order_by("index"):
         steps.setdefault(step.run_id, {})[step.key] = step
     for gate in gates:
         by_key = steps.get(gate.run_id, {})

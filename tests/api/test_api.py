@@ -359,3 +359,12 @@ class TestReusePolicies:
         call_command("start_run", "release", "--idempotency-key", "k", "--reuse", "any",
                      stdout=again, stderr=io.StringIO())
         assert again.getvalue() == out.getvalue()
+
+
+def test_a_method_a_path_does_not_take_is_answered_in_json(client, people):
+    from workflows.models import ApiToken
+
+    token = ApiToken.objects.issue(people["alice"], "t")[1]
+    response = client.get("/api/runs/1/cancel", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 405 and response["Allow"] == "POST"
+    assert response.json() == {"error": "GET is not taken here: use POST."}

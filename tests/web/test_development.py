@@ -58,15 +58,28 @@ def test_the_mail_page_exists_with_debug_only(client, people, settings):
     assert "Gate waiting" in body and '<a href="http://x.example/d/1/"' in body
 
 
-def test_a_huey_log_line_is_written_once(capsys):
+def test_a_huey_log_line_is_written_once_and_routine_ones_not_at_info(capsys):
     from django.conf import settings
 
     logging.config.dictConfig(settings.LOGGING)
     logger = logging.getLogger("huey.consumer")
     assert logging.getLogger("huey").handlers  # so run_huey adds none of its own
-    logger.info("Enqueueing periodic task sweep")
+    logger.info("Huey consumer started with 2 thread")
+    logger.info("Enqueueing periodic task sweep.")
+    logging.getLogger("huey").info("Executing %s", "workflows.tasks.sweep")
     err = capsys.readouterr().err
-    assert err.count("Enqueueing periodic task sweep") == 1
+    assert err.count("Huey consumer started") == 1
+    assert "Enqueueing periodic task" not in err and "Executing" not in err
+
+
+def test_a_refusal_is_logged_once_without_a_traceback(client, people, capsys):
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+    client.force_login(people["bob"])
+    assert client.get("/workers/").status_code == 403
+    err = capsys.readouterr().err
+    assert err.count("Forbidden") == 1 and "Traceback" not in err
 
 
 def test_the_readme_api_walk_through_works_against_the_demo_data(db):

@@ -264,3 +264,25 @@ def test_a_parent_that_fails_cancels_its_children_unless_its_spec_says_continue(
         else:  # the child goes on; the parent waits for it, then fails
             assert child.status not in ("cancelled", "failed", "completed")
             assert run.status == "running"
+
+
+def test_cards_link_a_child_to_its_parent_and_a_parent_to_its_child(people, client):
+    store_spec({"name": "vet", "steps": [{"key": "ok", "title": "Vet the vendor",
+                                          "approval": {"group": "qa"}}]})
+    spec = store_spec({"name": "buy", "steps": [
+        {"key": "vetting", "title": "Vetting", "run": {"workflow": "vet"}},
+        {"key": "pay", "title": "Pay", "depends_on": ["vetting"],
+         "approval": {"group": "qa"}}]})[0]
+    run = engine.open_run(spec, actor=people["alice"], title="Buy laptops").run
+    work_all()
+    child = child_of(run)
+    assert child.title == f"Vetting, for run #{run.pk} Buy laptops"
+    client.force_login(people["bob"])
+    inbox = client.get("/").content.decode()
+    assert f'part of <a href="/runs/{run.pk}/#step-vetting">run #{run.pk}, step vetting</a>' \
+        in inbox
+    engine.approve(child, "ok", user=people["bob"])
+    deliver_outbox()
+    work_all()
+    inbox = client.get("/").content.decode()  # now the parent's gate, after the child
+    assert f'<a href="/runs/{child.pk}/">ran run #{child.pk}</a>' in inbox

@@ -94,7 +94,7 @@ def start_child(run, key: str, *, lease_token: str, actor=None) -> Checkpoint:
             child = open_run(spec, actor=run.requested_by, goal=run.goal_id,
                              params=child_params(action.get("params", {}), run.shared_state,
                                                  run.params),
-                             title=f"{spec.description or spec.name} (for run {run.pk})",
+                             title=f"{step.title}, for run #{run.pk} {run.title}"[:200],
                              priority=run.priority, parent_step=step).run
         except WorkflowError as exc:
             step.finished_token = lease_token

@@ -70,7 +70,8 @@ def inbox_gates(user, view: dict | None = None) -> list:
     """The first INBOX_LIMIT gates of the inbox's view, each with its evidence and who else
     may decide it and who was told of it."""
     gates = gate_evidence(list(inbox_query(user, view).select_related(
-        "run", "run__spec", "run__goal", "run__requested_by")[:INBOX_LIMIT]))
+        "run", "run__spec", "run__goal", "run__requested_by",
+        "run__parent_step")[:INBOX_LIMIT]))
     audiences(gates, user)
     return gates
 
