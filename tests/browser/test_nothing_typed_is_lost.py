@@ -84,6 +84,11 @@ def test_the_bulk_comment_and_ticks_survive_an_arriving_gate_and_a_refusal(page,
     page.wait_for_selector("#live >> text=New gate: QA sign-off")
     assert page.input_value(bulk) == "both checked on staging"
     assert all(page.is_checked(f"#pick-{pk}") for pk in gates)
+    # Times keep counting on the page: a card that says "waiting 2 s" says more later (the
+    # moment it counts from moved back five minutes here, rather than waiting for them).
+    page.evaluate(f"document.querySelector('#gate-{gates[0]} .age time').dataset.since = "
+                  "new Date(Date.now() - 300000).toISOString()")
+    page.wait_for_selector(f"#gate-{gates[0]} .age >> text=waiting 5 min")
     page.fill(bulk, "")
     page.click("button:has-text('Reject selected')")  # refused: a reject needs a comment
     page.wait_for_selector("[role=alert] >> text=comment", timeout=15000)

@@ -231,7 +231,10 @@ def test_specs_refuse_a_bad_workflow_step():
     refused({"workflow": "no spaces"}, "workflow must be a spec name")
     refused({"workflow": "c", "params": [1]}, "params must be an object")
     refused({"workflow": "p"}, "cannot run itself")
-    refused({"callable": "workflows.callables.noop", "params": {}}, "params belong to a workflow")
+    refused({"callable": "workflows.callables.noop", "params": {}},
+            "params and on_parent_failure belong to a workflow")
+    refused({"workflow": "c", "on_parent_failure": "ignore"},
+            "on_parent_failure must be 'cancel'")
     with pytest.raises(SpecError, match="not a workflow"):
         validate_spec({"name": "p", "steps": [{"key": "a", "run": {"command": ["true"]},
                                                "compensation": {"workflow": "c"}}]})
