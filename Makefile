@@ -24,10 +24,7 @@ run: install
 	$(BIN)/python manage.py demo
 	@echo "Serving $(TOLLGATE_BASE_URL)/ (port $(PORT)) with one Huey consumer; Ctrl-C stops both."
 	@echo "Mail is printed here and listed at $(TOLLGATE_BASE_URL)/dev/mail/."
-	sh -c 'trap "kill 0" INT TERM; \
-		$(BIN)/python manage.py run_huey & \
-		$(BIN)/python manage.py runserver $(HOST):$(PORT) --noreload & \
-		wait'
+	$(BIN)/python scripts/serve-dev $(HOST):$(PORT)
 
 lint: install
 	$(BIN)/ruff check .

@@ -24,8 +24,42 @@ def test_make_run_serves_and_links_on_the_port_it_is_given():
     out = subprocess.run(["make", "-n", "run", "PORT=8101"], capture_output=True, text=True,
                          check=True, env=env).stdout
     assert "Serving http://127.0.0.1:8101/ (port 8101)" in out
-    assert "runserver 127.0.0.1:8101" in out
+    assert "scripts/serve-dev 127.0.0.1:8101" in out
 
+
+FAKE_MANAGE = """
+import pathlib, signal, sys, time
+name = sys.argv[1]
+def bye(signum, frame):
+    pathlib.Path(name + ".stopped").write_text(str(signum))
+    sys.exit(0)
+signal.signal(signal.SIGINT, bye)
+signal.signal(signal.SIGTERM, bye)
+pathlib.Path(name + ".started").touch()
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_ctrl_c_stops_the_server_and_the_consumer_together(tmp_path):
+    """What `make run` runs: Ctrl-C (SIGINT to the whole group, as a terminal sends it)
+    stops both children and ends cleanly, with no crash."""
+    import signal
+    import sys
+    import time
+    from pathlib import Path
+
+    (tmp_path / "manage.py").write_text(FAKE_MANAGE)
+    script = Path(__file__).resolve().parents[2] / "scripts" / "serve-dev"
+    serving = subprocess.Popen([sys.executable, str(script), "127.0.0.1:8199"], cwd=tmp_path,
+                               start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not all((tmp_path / f"{n}.started").exists() for n in ("run_huey", "runserver")):
+        assert time.monotonic() < deadline and serving.poll() is None
+        time.sleep(0.05)
+    os.killpg(serving.pid, signal.SIGINT)
+    assert serving.wait(timeout=30) == 0
+    assert all((tmp_path / f"{n}.stopped").exists() for n in ("run_huey", "runserver"))
 
 def test_demo_prints_the_base_url(settings):
     from django.core.management import call_command
