@@ -53,7 +53,7 @@ def test_approver_approves_from_inbox_and_sees_the_run_move_on(page, shoot, wait
     page.click(f"a[href='/runs/{waiting_run.pk}/']")
     page.evaluate("window.__noReload = true")
     # The consumer runs deploy; the page polls and shows it without a reload.
-    page.wait_for_selector("#run-body[data-status=completed]", timeout=30000)
+    page.wait_for_selector("#run-poll[data-status=completed]", state="attached", timeout=30000)
     assert page.evaluate("window.__noReload") is True
     assert "deployed <script>" in page.text_content("pre.stdout")  # escaped, shown as text
     assert page.evaluate("document.querySelectorAll('#run-body script').length") == 0
@@ -97,7 +97,7 @@ def test_every_page_renders_and_is_captured(page, shoot, waiting_run):
     page.click("text=Cancel run…")  # the page that asks why
     page.fill("textarea[name=reason]", "superseded by 2.1")
     page.click("button:has-text('Yes, cancel the run')")
-    page.wait_for_selector("#run-body[data-status=cancelled]")
+    page.wait_for_selector("#run-poll[data-status=cancelled]", state="attached")
     assert "superseded by 2.1" in page.inner_text(".timeline")
     assert Run.objects.get(pk=waiting_run.pk).status == "cancelled"
 

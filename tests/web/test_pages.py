@@ -111,6 +111,26 @@ class TestRunPage:
         response = client.get(url, **HTMX)
         assert response.status_code == 200 and '<div id="run-body"' in response.content.decode()
 
+    def test_a_poll_gets_only_what_changed_out_of_band(self, client, waiting, people):
+        import re
+
+        as_user(client, people["dave"])
+        waiting.refresh_from_db()
+        page = client.get(f"/runs/{waiting.pk}/").content.decode()
+        have = re.findall(r'name="have" value="([^"]+)"', page)
+        assert len(have) == waiting.steps.count()
+        seen = waiting.checkpoint_seq
+        engine.approve(waiting, "qa", user=people["bob"])
+        response = client.get(f"/runs/{waiting.pk}/", {"seq": seen, "have": have}, **HTMX)
+        body = response.content.decode()
+        assert response.status_code == 200 and 'id="run-body"' not in body
+        # The gate's row (decided), not the build's (unchanged), the head, the checkpoint.
+        rows = re.findall(r'<tr id="step-([\w-]+)"[^>]*hx-swap-oob="true"', body)
+        assert "qa" in rows and "build" not in rows
+        assert 'id="run-head" hx-swap-oob="true"' in body
+        assert f'id="cp-{seen + 1}"' in body and f'id="cp-{seen}"' not in body
+        assert 'hx-swap-oob="beforeend:#timeline-list"' in body
+
     def test_closed_run_stops_polling(self, client, waiting, people):
         engine.cancel_run(waiting)
         body = as_user(client, people["dave"]).get(f"/runs/{waiting.pk}/").content.decode()

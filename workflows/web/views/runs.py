@@ -110,6 +110,8 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
                 step.form = gate_form(step)
         step.can_decide = step.pk in rules and step.pk not in decided and decide_refusal(
             user, run, step, rules=step.rules, decided=cards.decided_people(current)) is None
+        # What the page's poller compares: a row whose version moved is sent again.
+        step.version = f"{step.attempt}.{len(step.decisions)}.{step.updated_at.timestamp()}"
         step.can_retry = can_retry(user, run, step)
         step.can_reassign = can_reassign(user, run, step)
         step.can_skip = can_skip(user, run, step)
@@ -145,8 +147,25 @@ def run_detail(request, pk: int):
         if seen is not None and readable_runs(request.user).filter(
                 pk=pk, checkpoint_seq=seen).exists():
             return HttpResponse(status=204)
+        if seen is not None and request.GET.getlist("have"):
+            return _run_update(request, pk, seen)
         template += "#run-body"
     return render(request, template, run_context(request, pk))
+
+
+def _run_update(request, pk: int, seen: int):
+    """What moved since the poller's checkpoint `seen`, around what the page shows: the
+    head, the step rows whose version changed (a row being typed in keeps its fields), the
+    new checkpoints. A step the page does not have (added at run time) redraws the body."""
+    context = run_context(request, pk)
+    have = dict(item.split(":", 1) for item in request.GET.getlist("have")[:1000]
+                if ":" in item)
+    steps = context["steps"]
+    if {step.key for step in steps} != set(have):
+        return render(request, "workflows/run_detail.html#run-body", context)
+    context["changed"] = [step for step in steps if have[step.key] != step.version]
+    context["new_checkpoints"] = [c for c in context["checkpoints"] if c.seq > seen]
+    return render(request, "workflows/run_detail.html#run-update", context)
 
 
 @require_GET
