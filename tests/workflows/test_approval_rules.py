@@ -279,3 +279,17 @@ def test_a_retried_gate_matches_its_rules_again(team):
     # lee's earlier approval was of the first attempt: he decides again.
     engine.approve(run, "pay", user=team["lee"])
     assert Approval.objects.filter(step=gate, attempt=2).count() == 1
+
+
+def test_the_inbox_filters_a_gate_by_any_group_it_waits_on(team, client):
+    spec = store_spec(PAYMENT)[0]
+    run = engine.open_run(spec, actor=team["rita"], params={"amount": 25000}).run
+    gate = run.steps.get(key="pay")
+    client.force_login(team["both"])
+    page = client.get("/").content.decode()
+    assert "<option>finance</option>" in page and "<option>leads</option>" in page
+    for group in ("leads", "finance"):
+        assert f'id="gate-{gate.pk}"' in client.get("/", {"group": group}).content.decode()
+    engine.approve(run, "pay", user=team["lee"])  # the lead's rule is met: finance waits
+    assert f'id="gate-{gate.pk}"' not in client.get("/", {"group": "leads"}).content.decode()
+    assert f'id="gate-{gate.pk}"' in client.get("/", {"group": "finance"}).content.decode()

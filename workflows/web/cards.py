@@ -26,7 +26,7 @@ from workflows.briefs import (  # noqa: F401  (the card's read model, named here
     short,
     trail_entry,
 )
-from workflows.models import Notification, Step
+from workflows.models import GateRule, Notification, Step
 from workflows.permissions import decidable_by, named_in_rules
 from workflows.web.forms import gate_form
 
@@ -46,8 +46,9 @@ def inbox_query(user, view: dict | None = None):
     (`view`: sort, group, spec, goal; see forms.InboxView)."""
     view = view or {}
     gates = decidable_by(user)
-    if view.get("group"):
-        gates = gates.filter(approval_group=view["group"])
+    if view.get("group"):  # a gate waiting on that group now (any of its open rules)
+        gates = gates.filter(pk__in=GateRule.objects.filter(
+            group=view["group"], open=True).values("step_id"))
     if view.get("spec"):
         gates = gates.filter(run__spec_name=view["spec"])
     if view.get("goal"):
@@ -58,9 +59,10 @@ def inbox_query(user, view: dict | None = None):
 def inbox_choices(user) -> dict:
     """What the inbox's filters offer: the groups, workflows and goals of the gates waiting
     on this user (one query)."""
-    rows = set(decidable_by(user).order_by().values_list(
-        "approval_group", "run__spec_name", "run__goal_id", "run__goal__title").distinct())
-    return {"group_choices": sorted({row[0] for row in rows}),
+    rows = set(decidable_by(user).filter(approval_rules__open=True).order_by().values_list(
+        "approval_rules__group", "run__spec_name", "run__goal_id", "run__goal__title")
+        .distinct())
+    return {"group_choices": sorted({row[0] for row in rows if row[0]}),
             "spec_choices": sorted({row[1] for row in rows}),
             "goal_choices": sorted({(row[2], row[3]) for row in rows if row[2]},
                                    key=lambda goal: goal[1])}
