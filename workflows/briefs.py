@@ -21,6 +21,7 @@ from workflows.models import (
     Step,
     StepStatus,
 )
+from workflows.permissions import who_decided
 from workflows.specs.values import fill, readable
 
 VALUE_CHARS = 80  # a value longer than this is shortened on the card, whole on demand
@@ -228,9 +229,17 @@ def rules_not_applied(gate, rules) -> list[tuple[str, str]]:
 
 
 def decided_people(decisions) -> set[int]:
-    """Who has decided, among these decisions of one attempt: each decider, and whom a
-    delegate decided for (see permissions.decided_people)."""
-    return {pk for d in decisions for pk in (d.user_id, d.on_behalf_of_id) if pk}
+    """Who has decided, among these loaded decisions of one attempt (permissions.who_decided)."""
+    return who_decided((d.user_id, d.on_behalf_of_id) for d in decisions)
+
+
+def describe_rules(gate, rules) -> None:
+    """What a page and a mail say of a gate's rules: `rules` (this attempt's), `open_rules`,
+    `waits_on` (whom it waits on now, in words) and `rules_not_applied` (with why)."""
+    gate.rules = rules
+    gate.open_rules = [rule for rule in rules if rule.open]
+    gate.waits_on = ", ".join(rule.audience for rule in gate.open_rules) or gate.approval_group
+    gate.rules_not_applied = rules_not_applied(gate, rules)
 
 
 def output_of(step: Step) -> dict:
@@ -262,10 +271,7 @@ def gate_evidence(gates: list) -> list:
         gate.instructions = fill_placeholders(gate.config.get("description", ""), gate.run)
         gate.decisions, gate.approved = approvals_of_attempt(decided.get(gate.pk, []),
                                                              gate.attempt)
-        gate.rules = rules[gate.pk]
-        gate.waits_on = ", ".join(r.audience for r in gate.rules if r.open) or (
-            gate.approval_group)
-        gate.rules_not_applied = rules_not_applied(gate, gate.rules)
+        describe_rules(gate, rules[gate.pk])
         # What the live inbox compares to know a card's quorum line changed.
         gate.version = f"{gate.attempt}.{len(gate.decisions)}"
         gate.due = deadline(gate, now)

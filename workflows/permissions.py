@@ -131,13 +131,16 @@ def choose_rule(user, run, step, rules, decided: set[int], people: list[Principa
     return f"{name} may not decide {step.key}: it waits on {', '.join(groups + people_waited)}."
 
 
+def who_decided(pairs) -> set[int]:
+    """The people these decisions count as, from (decider id, for whom id) pairs: each
+    decider, and whom a delegate decided for (one person counts once either way)."""
+    return {pk for user_id, for_id in pairs for pk in (user_id, for_id) if pk}
+
+
 def decided_people(step) -> set[int]:
-    """Who decided the gate's current attempt: each decider, and whom a delegate decided for."""
-    decided = set()
-    for user_id, for_id in Approval.objects.filter(step=step, attempt=step.attempt).values_list(
-            "user_id", "on_behalf_of_id"):
-        decided.update(pk for pk in (user_id, for_id) if pk)
-    return decided
+    """Who decided the gate's current attempt (`who_decided`, read from the database)."""
+    return who_decided(Approval.objects.filter(step=step, attempt=step.attempt).values_list(
+        "user_id", "on_behalf_of_id"))
 
 
 def decide_refusal(user, run, step, *, groups: set[str] | None = None, rules=None,

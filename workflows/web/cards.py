@@ -18,11 +18,11 @@ from workflows.briefs import (  # noqa: F401  (the card's read model, named here
     deadline,
     decided_people,
     decisions_by_gate,
+    describe_rules,
     due_gates,
     fill_placeholders,
     params_of,
     rules_by_gate,
-    rules_not_applied,
     short,
     trail_entry,
 )

@@ -100,10 +100,7 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
             step.instructions = cards.fill_placeholders(step.config.get("description", ""),
                                                             run)
             current, step.approved = cards.approvals_of_attempt(step.decisions, step.attempt)
-            step.rules = rules.get(step.pk, [])
-            step.open_rules = [r for r in step.rules if r.open]
-            step.waits_on = ", ".join(r.audience for r in step.open_rules)
-            step.rules_not_applied = cards.rules_not_applied(step, step.rules)
+            cards.describe_rules(step, rules.get(step.pk, []))
             if refused and refused[0] == step.key:
                 step.form = gate_form(step, request.POST, errors=refused[1])
             else:
