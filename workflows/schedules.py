@@ -179,6 +179,18 @@ def _record(schedule: Schedule, slots: list[datetime], outcome: str, reason: str
              for slot in slots], ignore_conflicts=True)
 
 
+def slot_key(schedule_id: int, slot: datetime) -> str:
+    """The idempotency key of a schedule's slot: `schedule:ID:SLOT`."""
+    return f"schedule:{schedule_id}:{slot.isoformat()}"
+
+
+def slot_of(key: str) -> tuple[str, str] | None:
+    """(schedule id, slot) of a slot's key (`slot_key`), or None for any other key."""
+    prefix, _, rest = (key or "").partition(":")
+    schedule, _, slot = rest.partition(":")
+    return (schedule, slot) if prefix == "schedule" and schedule and slot else None
+
+
 def _start(schedule: Schedule, slot: datetime) -> int | None:
     try:
         with transaction.atomic():
@@ -186,7 +198,7 @@ def _start(schedule: Schedule, slot: datetime) -> int | None:
             goal = schedule.goal if schedule.goal and not schedule.goal.is_closed else None
             opened = engine.open_run(
                 schedule.spec_name, actor=f"schedule {schedule.name}", goal=goal,
-                idempotency_key=f"schedule:{schedule.pk}:{slot.isoformat()}",
+                idempotency_key=slot_key(schedule.pk, slot),
                 shared_state={**schedule.shared_state, "scheduled_for": slot.isoformat()},
                 title=f"{schedule.name} {slot:%Y-%m-%d %H:%M}",
                 params=schedule.params or None, reuse=schedule.reuse,

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 
 from tollgate import dbfaults, logs, tracing
-from workflows import engine, processes
+from workflows import engine, processes, schedules
 from workflows.delivery import dispatch
 from workflows.engine import compensations
 from workflows.models import Compensation, Step
@@ -246,12 +246,10 @@ def _execute(step: Step, owner: str, deadline: float) -> list[str]:
 
 def origin(run) -> dict:
     """Where a run came from, for its commands: its spec, the schedule and slot that started
-    it (the scheduler's idempotency key, schedule:ID:SLOT), or its parent run and step."""
+    it (read from the slot's idempotency key), or its parent run and step."""
     found = {"spec": run.spec_name}
-    key = run.idempotency_key or ""
-    if key.startswith("schedule:") and key.count(":") >= 2:
-        schedule, slot = key.split(":", 2)[1:]
-        found.update(schedule=schedule, slot=slot)
+    if slot := schedules.slot_of(run.idempotency_key):
+        found.update(schedule=slot[0], slot=slot[1])
     if run.parent_step_id:
         parent = Step.objects.filter(pk=run.parent_step_id).values_list("run_id", "key").first()
         if parent:
