@@ -40,6 +40,14 @@ def is_person(actor) -> bool:
     return actor is not None and not isinstance(actor, str)
 
 
+def signed_in(user) -> bool:
+    """A signed-in, active person: the only kind of actor that may decide a gate."""
+    return is_person(user) and user.is_authenticated and user.is_active
+
+
+NOT_SIGNED_IN = "Only a signed-in member of the approver group may decide a gate."
+
+
 def has(user, perm: str) -> bool:
     return bool(user is not None and user.is_authenticated and user.has_perm(perm))
 
@@ -148,8 +156,8 @@ def decide_refusal(user, run, step, *, groups: set[str] | None = None, rules=Non
     """Why this user may not decide this gate now, or None when they may (`choose_rule`
     over the gate's rules, who decided and the user's delegations; a page that has read the
     `rules` of the attempt and who `decided` passes them)."""
-    if not is_person(user) or not user.is_authenticated or not user.is_active:
-        return "Only a signed-in member of the approver group may decide a gate."
+    if not signed_in(user):
+        return NOT_SIGNED_IN
     if step.status != StepStatus.WAITING_APPROVAL or run.status not in OPEN_RUN_STATUSES:
         return f"{step.key} is not waiting for approval."
     if rules is None:
@@ -183,7 +191,7 @@ def decidable_by(user, *, people: list[Principal] | None = None) -> QuerySet[Ste
     """Gates this user may decide now (`choose_rule` as a query): an open rule they or a
     person they decide for (`people`: their delegators, read when not given) may fill, not
     yet decided by either, never a delegate's own run."""
-    if not (is_person(user) and user.is_authenticated and user.is_active):
+    if not signed_in(user):
         return Step.objects.none()
     people = acting_for(user) if people is None else people
     may = _may_fill(user.pk) & ~_decided_as(user.pk)

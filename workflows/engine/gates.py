@@ -52,8 +52,8 @@ def _gate(state: RunState, key, user, verb: str):
     if step.status != StepStatus.WAITING_APPROVAL:
         raise IllegalTransition(f"Cannot {verb} {key}: it is {step.status}, "
                                 "not waiting for approval.")
-    if not (permissions.is_person(user) and user.is_authenticated and user.is_active):
-        raise NotPermitted("Only a signed-in member of the approver group may decide a gate.")
+    if not permissions.signed_in(user):
+        raise NotPermitted(permissions.NOT_SIGNED_IN)
     rules = policy.rules_of(step)
     groups = set(user.groups.values_list("name", flat=True))
     decided = permissions.decided_people(step)
