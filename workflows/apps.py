@@ -18,6 +18,7 @@ class WorkflowsConfig(AppConfig):
         transition_recording.connect(outbox.record, dispatch_uid="tollgate-outbox")
         transition_committed.connect(dispatch.on_transition, dispatch_uid="tollgate-dispatch")
         transition_committed.connect(metrics.on_transition, dispatch_uid="tollgate-metrics")
+        self.connect_live()
         # Connected here, not on import, so a login before the first request (a script, a
         # test client) still stamps the session.
         user_logged_in.connect(sso_sessions.note_sign_in, dispatch_uid="tollgate-signed-in-at")
@@ -27,3 +28,19 @@ class WorkflowsConfig(AppConfig):
             from tollgate import tracing
 
             tracing.setup()
+
+    def connect_live(self) -> None:
+        """Open pages learn of changes from workflows.live's versions."""
+        from django.contrib.auth import get_user_model
+        from django.db.models.signals import m2m_changed, post_delete, post_save
+
+        from workflows import live
+        from workflows.engine import transition_committed
+        from workflows.models import Preference
+
+        transition_committed.connect(live.on_transition, dispatch_uid="tollgate-live")
+        m2m_changed.connect(live.on_groups_changed, sender=get_user_model().groups.through,
+                            dispatch_uid="tollgate-live-groups")
+        for signal in (post_save, post_delete):
+            signal.connect(live.on_preference_changed, sender=Preference,
+                           dispatch_uid=f"tollgate-live-preference-{signal is post_save}")

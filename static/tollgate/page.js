@@ -51,6 +51,18 @@
     if (lines.length) live.textContent = lines.join(". ");
   }
   document.addEventListener("htmx:afterSettle", announce);
+
+  // A poller's next request sends the versions its last answer gave (workflows.live): a
+  // poll that finds nothing of them changed is answered without reading the database.
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var xhr = event.detail.xhr, elt = event.detail.elt;
+    if (!xhr || !elt || !elt.querySelector) return;
+    ["Watch", "Seen"].forEach(function (name) {
+      var value = xhr.getResponseHeader("Tollgate-" + name);
+      var input = elt.querySelector("input[name=" + name.toLowerCase() + "]");
+      if (value !== null && input) input.value = value;
+    });
+  });
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-announce]").forEach(function (el) { said.add(el); });
   });

@@ -213,6 +213,29 @@ def test_the_inbox_is_live(page, waiting_run, people):
     assert page.evaluate("window.__noReload") is True
 
 
+def test_an_open_inbox_polls_its_versions_and_reads_the_database_only_on_a_change(
+        page, waiting_run, people):
+    """The poller sends the versions each answer gives: polls between changes are answered
+    from them alone (no Tollgate-Seen header: the database was not read), and a change
+    (here, bob's approval of the gate carol could decide) shows within the next polls."""
+    gate = waiting_run.steps.get(key="qa")
+    login(page, "carol")
+    answers = []
+    page.on("response", lambda r: answers.append((r.status, r.headers.get("tollgate-seen")))
+            if "poll=1" in r.url else None)
+    page.wait_for_selector(f"#gate-{gate.pk} button:has-text('Approve')")
+    first = page.input_value("#inbox-poll input[name=seen]")
+    page.wait_for_function("n => window.performance.getEntriesByType('resource')"
+                           ".filter(e => e.name.includes('poll=1')).length >= n", arg=3)
+    assert answers and all(status == 204 and seen is None for status, seen in answers)
+    engine.approve(waiting_run, "qa", user=people["bob"])
+    page.wait_for_selector(f"#gate-{gate.pk}.decided >> text=No longer waits on you",
+                           timeout=15000)
+    # The answer that brought the change gave new versions, and the poller sends them.
+    page.wait_for_function(f"() => document.querySelector('#inbox-poll input[name=seen]')"
+                           f".value !== {first!r}")
+
+
 def test_what_a_person_types_survives_a_live_update(page, shoot, waiting_run, people):
     """A new gate arrives and another approver decides while carol types her comment and
     ticks a box: the new card is added, the quorum line changes, her words stay."""

@@ -60,6 +60,7 @@ class Announcement:
     retry: list[tuple[int, object]] = field(default_factory=list)  # (step id, eta)
     outbox: list[int] = field(default_factory=list)  # messages written for it, to ring
     parent_step_id: int | None = None  # a child run's: the parent step waiting for it
+    gates: list[int] = field(default_factory=list)  # gates acted on, opened or closed
 
     @property
     def checkpoint_id(self) -> int:
@@ -101,7 +102,7 @@ def commit(state: RunState, kind: str, *, actor, step: Step | None = None, summa
         kind=kind, step=step, run_status=run.status, step_status=step.status if step else "",
         actor=user, actor_name=name, summary=summary[:10000], evidence=evidence or {},
         state_patch=state_patch or {}, at=now, label=label)
-    _announce(state, checkpoint, frontier, failed, previous_status, now)
+    _announce(state, checkpoint, frontier, failed, previous_status, now, step)
     for skip, why in skipped:  # after the transition that settled their dependencies
         run.checkpoint_seq += 1
         state.append(kind=CheckpointKind.STEP_SKIPPED, step=skip, run_status=run.status,
@@ -253,7 +254,7 @@ def _plan_compensations(state: RunState, now) -> int:
 
 
 def _announce(state: RunState, checkpoint: Checkpoint, frontier, failed, previous_status: str,
-              now) -> None:
+              now, acted: Step | None = None) -> None:
     """Mark newly ready steps announced (their run is claimable; one doorbell each) and
     announce the transition once it commits. If the process dies before the doorbells go
     out, the sweeper rings again."""
@@ -275,6 +276,11 @@ def _announce(state: RunState, checkpoint: Checkpoint, frontier, failed, previou
     for step in frontier:
         if step.pk in announcement.ring:
             step.rung_at = now
+    # Whose inboxes may have changed: the gates decided, opened, retried or closed.
+    announcement.gates = [
+        s.pk for s in state.steps.values() if s.kind == StepKind.APPROVAL and (
+            s is acted or s.status != s.as_loaded.get("status")
+            or s.attempt != s.as_loaded.get("attempt"))]
     for step_id, eta in announcement.retry:
         state.find(step_id).rung_at = eta
     # Kept on the checkpoint until the commit: a chained claim takes its step out of `ring`.

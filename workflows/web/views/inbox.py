@@ -11,7 +11,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 
 from tollgate.query import whole_number
-from workflows import engine
+from workflows import engine, live
 from workflows.delivery import links
 from workflows.models import (
     Approval,
@@ -21,7 +21,7 @@ from workflows.models import (
 from workflows.permissions import (
     decide_refusal,
 )
-from workflows.web import cards
+from workflows.web import cards, polls
 from workflows.web.forms import InboxView
 
 
@@ -43,8 +43,10 @@ def inbox(request):
     if request.htmx:
         template += "#gates"
     form, view, query = _view(request)
+    watching = live.watch(request.user.pk, live.inbox_keys(request.user))  # before the rows
     choices = cards.inbox_choices(request.user)
-    return render(request, template, {"gates": cards.inbox_gates(request.user, view),
+    return render(request, template, {"live": watching,
+                                      "gates": cards.inbox_gates(request.user, view),
                                       "inbox_limit": cards.INBOX_LIMIT, "view_form": form,
                                       "view": view, "view_query": query, **choices})
 
@@ -53,8 +55,12 @@ def _inbox_update(request):
     """What changed since the open inbox's last look, as out-of-band swaps around the cards
     it has (each sends "id:version"): new gates are added, changed quorum lines replaced,
     gates that no longer wait on this user turn into their decided state. A card a person
-    is typing in is never replaced while it waits; nothing changed is a 204, found from the
-    gates' versions alone (no card is built for it)."""
+    is typing in is never replaced while it waits. Nothing changed is a 204: found from the
+    page's versions (workflows.live) when nothing it watches has rung, else from the gates'
+    versions alone (no card is built for it)."""
+    if polls.unchanged(request):
+        return HttpResponse(status=204)
+    watching = live.watch(request.user.pk, live.inbox_keys(request.user))  # before the rows
     have = {}
     for item in request.GET.getlist("have")[:500]:
         pk, _, version = item.partition(":")
@@ -64,15 +70,15 @@ def _inbox_update(request):
     current = cards.inbox_versions(request.user, view)
     left_ids = [pk for pk in have if pk not in current]
     if not left_ids and all(have.get(pk) == version for pk, version in current.items()):
-        return HttpResponse(status=204)
+        return polls.with_versions(HttpResponse(status=204), watching)
     gates = cards.inbox_gates(request.user, view)
     arrived = [gate for gate in gates if gate.pk not in have]
     changed = [gate for gate in gates if gate.pk in have and have[gate.pk] != gate.version]
     left = cards.gates_left(request.user, left_ids)
     if not (arrived or changed or left):
-        return HttpResponse(status=204)
-    return render(request, "workflows/inbox.html#inbox-update",
-                  {"gates": gates, "arrived": arrived, "changed": changed, "left": left})
+        return polls.with_versions(HttpResponse(status=204), watching)
+    return polls.with_versions(render(request, "workflows/inbox.html#inbox-update", {
+        "gates": gates, "arrived": arrived, "changed": changed, "left": left}), watching)
 
 
 @require_POST
@@ -92,6 +98,7 @@ def inbox_bulk(request):
             done = [f"You {verb} {gate.title} ({gate.run})." for gate in decided]
         except engine.WorkflowError as exc:
             problem = str(exc)
+    watching = live.watch(request.user.pk, live.inbox_keys(request.user))  # before the rows
     gates = cards.inbox_gates(request.user)
     for gate in gates:
         gate.notice = refused.get(gate.pk, "")
@@ -102,7 +109,7 @@ def inbox_bulk(request):
     for gate in refused_cards:
         gate.notice = refused[gate.pk]
     context = {"gates": gates, "bulk_done": done, "bulk_problem": problem,
-               "refused_cards": refused_cards}
+               "refused_cards": refused_cards, "live": watching}
     if request.htmx:
         return render(request, "workflows/inbox.html#gates", context)
     for line in done:

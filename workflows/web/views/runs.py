@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from tollgate.exports import csv_download
 from tollgate.query import int_param
-from workflows import engine, permissions, selectors
+from workflows import engine, live, permissions, selectors
 from workflows.models import (
     OPEN_RUN_STATUSES,
     Approval,
@@ -36,7 +36,7 @@ from workflows.permissions import (
     readable_runs,
 )
 from workflows.recovery.recover import recover_run
-from workflows.web import cards
+from workflows.web import cards, polls
 from workflows.web.forms import gate_form, posted_values
 
 
@@ -74,6 +74,7 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
     `refused` (gate key, {field: problem}), that gate's form shows what was posted and why
     it was refused.
     """
+    watching = live.watch(request.user.pk, [live.run_key(run_id)])  # before the rows
     run = get_object_or_404(readable_runs(request.user).select_related(
         "spec", "goal", "requested_by", "parent_step"), pk=run_id)
     steps = list(run.steps.order_by("index"))
@@ -123,6 +124,7 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
         "can_recover": can_operate(user) and any(step.looks_stuck for step in steps),
         "earlier_checkpoints": first_seq - 1,
         "is_open": run.status in OPEN_RUN_STATUSES,
+        "live": watching,
     }
 
 
@@ -139,11 +141,15 @@ def run_detail(request, pk: int):
             "checkpoints": selectors.timeline_for_page(run, first_seq=first_seq,
                                                        before=before)})
     if request.htmx:
-        # Polling asks with the last checkpoint it has; nothing new means nothing to swap.
+        # Polling asks with the last checkpoint it has; nothing new means nothing to swap,
+        # found from the page's versions when its run has not rung, else from the row.
         seen = int_param(request.GET, "seq")
+        if seen is not None and polls.unchanged(request):
+            return HttpResponse(status=204)
         if seen is not None and readable_runs(request.user).filter(
                 pk=pk, checkpoint_seq=seen).exists():
-            return HttpResponse(status=204)
+            return polls.with_versions(HttpResponse(status=204),
+                                live.watch(request.user.pk, [live.run_key(pk)]))
         if seen is not None and request.GET.getlist("have"):
             return _run_update(request, pk, seen)
         template += "#run-body"
