@@ -108,10 +108,22 @@ def table(results: list[dict]) -> str:
                               f"({r['http']['ratio_to_floor'][n]:.2f}x, "
                               f"{verdict(r['http']['ratio_to_floor'][n], 0.5, at_most=False)})",
             ">= 0.5x" if name != "run_page" else "")
-    row("500 inboxes polling every 5 s: cores",
+    row("500 open inboxes, nothing changed: cores",
         lambda r: f"{r['http']['inbox_polls']['cores_for_500_inboxes']:.2f} "
-                  f"({r['http']['inbox_polls']['web_cpu_ms_per_poll']:.1f}+"
-                  f"{r['http']['inbox_polls']['database_cpu_ms_per_poll']:.1f} ms/poll)")
+                  f"({r['http']['inbox_polls']['web_cpu_ms_per_poll']:.2f}+"
+                  f"{r['http']['inbox_polls']['database_cpu_ms_per_poll']:.2f} ms/poll, 1 s; "
+                  f"{verdict(r['http']['inbox_polls']['cores_for_500_inboxes'], 0.2)})",
+        "<= 0.2")
+    row("  before: polled from the database each 5 s",
+        lambda r: f"{r['http']['inbox_polls']['database_polls']['cores_for_500_inboxes']:.2f} "
+                  f"({r['http']['inbox_polls']['database_polls']['web_cpu_ms_per_poll']:.1f}+"
+                  f"{r['http']['inbox_polls']['database_polls']['database_cpu_ms_per_poll']:.1f}"
+                  " ms/poll)")
+    row("change -> open inbox: median / max ms",
+        lambda r: f"{r['http']['change_to_open_inbox_ms']['median']:.0f} / "
+                  f"{r['http']['change_to_open_inbox_ms']['max']:.0f} "
+                  f"({verdict(r['http']['change_to_open_inbox_ms']['max'], 1000)})",
+        "<= 1000")
     row("soak: consumer RSS MB per round",
         lambda r: " ".join(f"{mb:.0f}" for mb in r["soak"]["rss_mb"]))
     row("soak: growth after warm-up",

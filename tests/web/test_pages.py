@@ -357,6 +357,19 @@ class TestQueryCounts:
             engine.open_run(release_spec)
         assert count_queries(client, "/runs/") == small
 
+    def test_a_search_counts_only_up_to_what_it_can_show(self, client, release_spec, people,
+                                                        monkeypatch):
+        from tollgate.paging import CountedUpTo
+
+        monkeypatch.setattr(CountedUpTo, "limit", 3)
+        as_user(client, people["bob"])
+        for _ in range(3):
+            engine.open_run(release_spec)
+        assert "Page 1 of 1 · 3 runs" in client.get("/runs/").content.decode()
+        engine.open_run(release_spec)
+        body = client.get("/runs/").content.decode()
+        assert "Page 1 · more than 3 runs" in body and "of 1" not in body
+
 
 class TestProfileTokens:
     def test_create_shows_once_and_revoke(self, client, people):

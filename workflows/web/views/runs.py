@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -13,6 +12,7 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from tollgate.exports import csv_download
+from tollgate.paging import CountedUpTo
 from tollgate.query import int_param
 from workflows import engine, live, permissions, selectors
 from workflows.models import (
@@ -64,7 +64,7 @@ def _dag_order(steps: list) -> list:
     return placed + [s for s in steps if waiting[s.key] > 0]
 
 
-TIMELINE_LATEST = 200
+TIMELINE_LATEST = 50
 
 
 def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None) -> dict:
@@ -201,7 +201,7 @@ def run_list(request):
     runs = readable_runs(request.user, runs)
     if filters["mine"]:
         runs = runs.filter(pk__in=decidable_by(request.user).values("run_id"))
-    page = Paginator(runs, 25).get_page(request.GET.get("page"))
+    page = CountedUpTo(runs, 25).get_page(request.GET.get("page"))
     query = urlencode({k: v for k, v in filters.items() if v})
     return render(request, "workflows/run_list.html", {
         "page": page, "filters": filters, "query": query, "statuses": RunStatus.choices,
