@@ -14,6 +14,7 @@ BATCH = 2_000  # runs per round of inserts
 def grow_goals(total: int):
     """A root, total // 100 teams under it and 99 goals under each team; returns the root
     and the leaves."""
+    from goals import tree
     from goals.models import Goal
 
     root = Goal.objects.create(title=f"Bench root {total}")
@@ -21,6 +22,7 @@ def grow_goals(total: int):
                                      for i in range(max(total // 100, 1)))
     leaves = Goal.objects.bulk_create(Goal(title=f"Goal {t.pk}.{j}", parent=t)
                                       for t in teams for j in range(99))
+    tree.relink_all()  # written in bulk, without Goal.save
     return root, leaves
 
 
@@ -35,10 +37,12 @@ def grow_runs(spec, approver, total: int, checkpoints_per_run: int, goals=(),
     finished, each with `checkpoints_per_run` checkpoints, spread over `goals`; one in
     `needle_every` is titled "needle" (a rare word for the search). Returns the checkpoints
     written. The finished runs' tally changes are written as the engine writes them, and
-    folded as the periodic task folds them."""
-    from goals.rollup import fold_tallies
+    folded as the periodic task folds them; so are their day rows."""
+    from datetime import UTC
+
+    from goals.rollup import fold_days, fold_tallies
     from workflows import engine
-    from workflows.models import Checkpoint, GoalTally, Run, RunStatus, Step
+    from workflows.models import Checkpoint, GoalTally, Run, RunDay, RunStatus, Step
     from workflows.workers import worker
 
     finished = engine.open_run(spec, title="bench template").run
@@ -71,6 +75,10 @@ def grow_runs(spec, approver, total: int, checkpoints_per_run: int, goals=(),
              for run, _, _ in made
              if run.goal_id is not None and run.status == RunStatus.COMPLETED),
             batch_size=1_000)
+        RunDay.objects.bulk_create(
+            (RunDay(day=run.finished_at.astimezone(UTC).date(), spec_name=run.spec_name,
+                    goal_id=run.goal_id, completed=1)
+             for run, _, _ in made if run.status == RunStatus.COMPLETED), batch_size=1_000)
         new_steps = [Step(**{**_fields(Step, step, skip=("run_id", "child_run_id")),
                              "run_id": run.pk})
                      for run, steps, _ in made for step in steps]
@@ -85,6 +93,7 @@ def grow_runs(spec, approver, total: int, checkpoints_per_run: int, goals=(),
             batch_size=1_000)
         written += sum(len(marks) for _, _, marks in made)
     fold_tallies()
+    fold_days()
     return written
 
 

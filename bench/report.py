@@ -88,6 +88,8 @@ def table(results: list[dict]) -> str:
             "same, <= 50")
     row("goal rollup equals its runs (tallies)",
         lambda r: "yes" if r["pages"]["rollup_matches_runs"] else "NO")
+    row("progress weeks equal their runs (day rows)",
+        lambda r: "yes" if r["pages"]["progress_matches_runs"] else "NO")
     row("run search uses the trigram index",
         lambda r: "yes" if r["pages"]["search_plan"]["trigram_index"] else "no (scan)")
     row("sweep 1000 expired: s at N, 10N steps",

@@ -1,10 +1,10 @@
-"""The goal hierarchy: an adjacency list walked with recursive SQL."""
+"""The goal hierarchy: an adjacency list (parent), and its closure (GoalLink) for reading."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import models
+from django.db import models, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -80,7 +80,17 @@ class Goal(models.Model):
         update_fields = kwargs.get("update_fields")
         if update_fields is not None:
             kwargs["update_fields"] = {*update_fields, "blocker_reason", "closed_at", "updated_at"}
-        super().save(*args, **kwargs)
+        adding = self._state.adding or self.pk is None
+        with transaction.atomic():
+            moved = not adding and (update_fields is None or "parent" in update_fields) and (
+                Goal.objects.filter(pk=self.pk).values_list("parent_id", flat=True).first()
+                != self.parent_id)
+            super().save(*args, **kwargs)
+            # The closure (GoalLink) follows the parent, in the same transaction.
+            if adding:
+                tree.link(self.pk, self.parent_id)
+            elif moved:
+                tree.move(self.pk, self.parent_id)
 
 
     def get_absolute_url(self) -> str:
@@ -111,3 +121,21 @@ class Goal(models.Model):
                 {"parent": f"Goal {self.pk} ({self.title}) cannot be its own ancestor: "
                  f"goal {self.parent_id} is beneath it."}
             )
+
+
+class GoalLink(models.Model):
+    """The hierarchy's closure: a row for each goal and each of its ancestors, itself
+    included at depth 0. Goal.save keeps it in the transaction that sets the parent, so a
+    subtree or a chain of ancestors is one indexed lookup, never a recursive walk."""
+
+    ancestor = models.ForeignKey(Goal, on_delete=models.CASCADE, related_name="+")
+    descendant = models.ForeignKey(Goal, on_delete=models.CASCADE, related_name="+")
+    depth = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["ancestor", "descendant"],
+                                               name="goal_link_once")]
+        indexes = [models.Index(fields=["descendant", "depth"])]
+
+    def __str__(self) -> str:
+        return f"goal {self.descendant_id} under {self.ancestor_id} ({self.depth})"

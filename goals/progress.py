@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_right
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 
-from django.db.models import Case, Count, IntegerField, Q, Value, When
+from django.db.models import Case, Count, IntegerField, Q, Sum, Value, When
 from django.utils import timezone
 
-from workflows.models import OPEN_RUN_STATUSES, Approval, Run, RunStatus, Step, StepStatus
+from workflows.models import (
+    OPEN_RUN_STATUSES,
+    Approval,
+    Run,
+    RunDay,
+    RunStatus,
+    Step,
+    StepStatus,
+)
 from workflows.permissions import readable_runs, sees_every_run
 from workflows.timezones import day_starts
 
@@ -88,8 +97,9 @@ def progress_report(root: Goal | None = None, now: datetime | None = None, *,
     Counts are of every run; the waiting gates listed are of the runs `user` may read
     (TOLLGATE_RUN_VISIBILITY), all of them when no user is given."""
     now = now or timezone.now()
-    goals, runs, steps, approvals = (Goal.objects.all(), Run.objects.all(), Step.objects.all(),
-                                     Approval.objects.all())
+    goals, runs, steps, approvals, days = (Goal.objects.all(), Run.objects.all(),
+                                           Step.objects.all(), Approval.objects.all(),
+                                           RunDay.objects.all())
     by_status = dict.fromkeys(GoalStatus.values, 0)
     if root is not None:
         # The subtree is walked once; the other queries look its ids up.
@@ -98,22 +108,13 @@ def progress_report(root: Goal | None = None, now: datetime | None = None, *,
         subtree = tree.among([pk for ids in members.values() for pk in ids])
         goals = goals.filter(pk__in=tree.among(members.get(GoalStatus.BLOCKED, [])))
         runs = runs.filter(goal_id__in=subtree)
+        days = days.filter(goal_id__in=subtree)
         steps = steps.filter(run__goal_id__in=subtree)
         approvals = approvals.filter(step__run__goal_id__in=subtree)
     else:
         by_status.update(goals.values_list("status").annotate(n=Count("pk")).order_by())
 
-    # The viewer's weeks (Monday to Monday in their time zone) as instants, counted as
-    # ranges in one query: no function of each run's time, which SQLite would call in Python.
-    monday = timezone.localtime(now).date()
-    monday -= timedelta(days=monday.weekday())
-    starts = [day_starts(monday - timedelta(weeks=WEEKS - 1 - i)) for i in range(WEEKS + 1)]
-    week = Case(*(When(finished_at__gte=starts[i], then=Value(i))
-                  for i in reversed(range(WEEKS))), output_field=IntegerField())
-    counted = dict(runs.filter(status=RunStatus.COMPLETED, finished_at__gte=starts[0],
-                               finished_at__lt=starts[-1])
-                   .values_list(week).annotate(n=Count("pk")).order_by())
-    weeks = [(starts[i], counted.get(i, 0)) for i in range(WEEKS)]
+    weeks = _weeks(now, runs, days)
 
     # Gates wait only in open runs; saying so lets the planner start from those runs.
     waiting = steps.filter(status=StepStatus.WAITING_APPROVAL,
@@ -132,12 +133,43 @@ def progress_report(root: Goal | None = None, now: datetime | None = None, *,
                  for group, v in sorted(waits.items())]
 
     failures = [
-        SpecFailures(spec, finished, failed) for spec, finished, failed in
-        runs.filter(status__in=[RunStatus.COMPLETED, RunStatus.FAILED])
-        .values_list("spec_name")
-        .annotate(finished=Count("pk"), failed=Count("pk", filter=Q(status=RunStatus.FAILED)))
-        .order_by("spec_name")
+        SpecFailures(spec, completed + failed, failed) for spec, completed, failed in
+        days.values_list("spec_name").annotate(completed=Sum("completed"), failed=Sum("failed"))
+        .order_by("spec_name") if completed or failed
     ]
     blocked = list(goals.filter(status=GoalStatus.BLOCKED).select_related("owner")
                    .order_by("title")[:100])
     return Report(root, by_status, weeks, gates, latencies, failures, blocked, now)
+
+
+def _weeks(now: datetime, runs, days) -> list[tuple[datetime, int]]:
+    """Runs completed in each of the viewer's last WEEKS weeks (Monday to Monday in their
+    time zone): the UTC days wholly inside a week summed from the day rows (RunDay), and the
+    UTC days a week starts in (when the viewer's midnight is not UTC's) counted exactly from
+    the runs, in one query each, whatever the number of runs."""
+    monday = timezone.localtime(now).date()
+    monday -= timedelta(days=monday.weekday())
+    starts = [day_starts(monday - timedelta(weeks=WEEKS - 1 - i)) for i in range(WEEKS + 1)]
+    edges = sorted({start.astimezone(UTC).date() for start in starts
+                    if start.astimezone(UTC).time() != time()})
+    counted = [0] * WEEKS
+    for day, n in (days.filter(day__gte=starts[0].astimezone(UTC).date(),
+                               day__lte=starts[-1].astimezone(UTC).date())
+                   .exclude(day__in=edges).values_list("day")
+                   .annotate(n=Sum("completed")).order_by()):
+        week = bisect_right(starts, datetime.combine(day, time(), UTC)) - 1
+        if 0 <= week < WEEKS:
+            counted[week] += n
+    if edges:
+        # As ranges of instants: no function of each run's time (SQLite would call Python).
+        within = Q()
+        for day in edges:
+            midnight = datetime.combine(day, time(), UTC)
+            within |= Q(finished_at__gte=midnight, finished_at__lt=midnight + timedelta(days=1))
+        week = Case(*(When(finished_at__gte=starts[i], then=Value(i))
+                      for i in reversed(range(WEEKS))), output_field=IntegerField())
+        for index, n in (runs.filter(within, status=RunStatus.COMPLETED,
+                                     finished_at__gte=starts[0], finished_at__lt=starts[-1])
+                         .values_list(week).annotate(n=Count("pk")).order_by()):
+            counted[index] += n
+    return [(starts[i], counted[i]) for i in range(WEEKS)]

@@ -150,37 +150,67 @@ TALLY_COUNTS = ("runs_completed", "runs_failed", "steps_total", "steps_done")
 
 def fold_tallies() -> int:
     """Fold the goals' tally changes into one row per goal, so rollups read few rows (the
-    periodic fold_goal_tallies task). Returns how many changes were folded.
+    periodic fold_goal_tallies task, with fold_days). Returns how many changes were folded.
 
     Each batch is deleted and added to the folded rows in one transaction; the changes a
     batch deletes are exactly the ones it adds, so a fold racing another, or a transition
     adding a change, loses and repeats nothing."""
+    return _fold("workflows_goaltally", ("goal_id",), TALLY_COUNTS, [f"(goal_id) WHERE {_flag()}"])
+
+
+def fold_days() -> int:
+    """Fold the progress report's day changes (RunDay) into one row per day, spec and goal,
+    as fold_tallies folds tallies. Returns how many changes were folded."""
+    flag = _flag()
+    return _fold("workflows_runday", ("day", "spec_name", "goal_id"), DAY_COUNTS,
+                 [f"(day, spec_name, goal_id) WHERE ({flag} AND goal_id IS NOT NULL)",
+                  f"(day, spec_name) WHERE ({flag} AND goal_id IS NULL)"])
+
+
+def _flag() -> str:
+    """A unique index's `folded` predicate, as each database writes it."""
+    return "folded" if connection.vendor == "postgresql" else "folded = 1"
+
+
+DAY_COUNTS = ("completed", "failed")
+
+
+def _fold(table: str, keys: tuple, counts: tuple, targets: list[str]) -> int:
+    """Fold `table`'s change rows into its folded rows, a batch per transaction. `targets`:
+    the ON CONFLICT targets of the folded rows' unique indexes, the last for rows whose
+    last key is NULL when there are two."""
     folded = 0
     while True:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
-                "DELETE FROM workflows_goaltally WHERE id IN (SELECT id FROM "
-                "workflows_goaltally WHERE NOT folded ORDER BY id LIMIT %s) RETURNING "
-                f"goal_id, {', '.join(TALLY_COUNTS)}", [FOLD_BATCH])
+                f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE NOT folded "
+                f"ORDER BY id LIMIT %s) RETURNING {', '.join(keys + counts)}", [FOLD_BATCH])
             changes = cursor.fetchall()
-            sums: dict[int, list[int]] = {}
-            for goal_id, *counts in changes:
-                total = sums.setdefault(goal_id, [0] * len(TALLY_COUNTS))
-                for i, value in enumerate(counts):
+            sums: dict[tuple, list[int]] = {}
+            for row in changes:
+                total = sums.setdefault(tuple(row[:len(keys)]), [0] * len(counts))
+                for i, value in enumerate(row[len(keys):]):
                     total[i] += value
-            if sums:
-                # Goal order: two folds at once lock the folded rows in the same order.
-                rows = sorted(sums.items())
-                # The unique index's own predicate, as each database writes it.
-                flag = "folded" if connection.vendor == "postgresql" else "folded = 1"
-                values = "(%s, " + "%s, " * len(TALLY_COUNTS) + "TRUE)"
+            # Key order: two folds at once lock the folded rows in the same order.
+            rows = sorted(sums.items(), key=lambda item: [(v is None, str(v)) for v in item[0]])
+            for target, part in zip(targets, _by_last_key(rows, len(targets)), strict=True):
+                if not part:
+                    continue
+                values = "(" + "%s, " * (len(keys) + len(counts)) + "TRUE)"
                 cursor.execute(
-                    f"INSERT INTO workflows_goaltally (goal_id, {', '.join(TALLY_COUNTS)}, "
-                    "folded) VALUES " + ", ".join([values] * len(rows))
-                    + f" ON CONFLICT (goal_id) WHERE {flag} DO UPDATE SET "
-                    + ", ".join(f"{name} = workflows_goaltally.{name} + excluded.{name}"
-                                for name in TALLY_COUNTS),
-                    [value for goal_id, counts in rows for value in (goal_id, *counts)])
+                    f"INSERT INTO {table} ({', '.join(keys + counts)}, folded) VALUES "
+                    + ", ".join([values] * len(part))
+                    + f" ON CONFLICT {target} DO UPDATE SET "
+                    + ", ".join(f"{name} = {table}.{name} + excluded.{name}" for name in counts),
+                    [value for key, total in part for value in (*key, *total)])
         folded += len(changes)
         if len(changes) < FOLD_BATCH:
             return folded
+
+
+def _by_last_key(rows: list, parts: int) -> list[list]:
+    """The rows as one part, or as two: those whose last key is set, then those where it is
+    NULL (each has its own unique index)."""
+    if parts == 1:
+        return [rows]
+    return [[r for r in rows if r[0][-1] is not None], [r for r in rows if r[0][-1] is None]]

@@ -1,4 +1,5 @@
-"""The goal hierarchy's recursive queries, written once: ancestors and subtrees."""
+"""The goal hierarchy's reads and the closure (GoalLink) that serves them: subtrees and
+chains of ancestors are indexed lookups, written once here."""
 
 from __future__ import annotations
 
@@ -8,36 +9,77 @@ from django.db import connection
 from django.db.models.expressions import RawSQL
 
 TABLE = "goals_goal"
+LINKS = "goals_goallink"
+
+# The closure computed afresh from the parent column (a migration, or goals written in bulk
+# without Goal.save).
+RELINK = f"""
+    WITH RECURSIVE up(descendant_id, ancestor_id, depth) AS (
+        SELECT id, id, 0 FROM {TABLE}
+        UNION ALL
+        SELECT up.descendant_id, g.parent_id, up.depth + 1
+        FROM up JOIN {TABLE} g ON g.id = up.ancestor_id WHERE g.parent_id IS NOT NULL
+    )
+    INSERT INTO {LINKS} (ancestor_id, descendant_id, depth)
+    SELECT ancestor_id, descendant_id, depth FROM up"""
+
+
+def relink_all() -> None:
+    """Rebuild the closure from the parent column (after goals written in bulk)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {LINKS}")
+        cursor.execute(RELINK)
+
+
+def link(goal_id: int, parent_id: int | None) -> None:
+    """A new goal: itself, and its parent's ancestors one level further."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {LINKS} (ancestor_id, descendant_id, depth) "
+                       f"SELECT CAST(%s AS BIGINT), CAST(%s AS BIGINT), 0 UNION ALL "
+                       f"SELECT ancestor_id, %s, depth + 1 "
+                       f"FROM {LINKS} WHERE descendant_id = %s",
+                       [goal_id, goal_id, goal_id, parent_id])
+
+
+def move(goal_id: int, parent_id: int | None) -> None:
+    """A goal given another parent: its subtree leaves its old ancestors and joins the new
+    parent's (two statements, in the caller's transaction)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"""DELETE FROM {LINKS}
+            WHERE descendant_id IN (SELECT descendant_id FROM {LINKS} WHERE ancestor_id = %s)
+            AND ancestor_id NOT IN (SELECT descendant_id FROM {LINKS} WHERE ancestor_id = %s)
+            """, [goal_id, goal_id])
+        if parent_id is not None:
+            cursor.execute(f"""INSERT INTO {LINKS} (ancestor_id, descendant_id, depth)
+                SELECT above.ancestor_id, below.descendant_id, above.depth + below.depth + 1
+                FROM {LINKS} above, {LINKS} below
+                WHERE above.descendant_id = %s AND below.ancestor_id = %s""",
+                           [parent_id, goal_id])
 
 
 def subtrees_cte(roots: str) -> str:
-    """`WITH RECURSIVE sub(root_id, id)`: every goal under each root in `roots` (an SQL
-    list or subquery), the root included."""
-    return f"""WITH RECURSIVE sub(root_id, id) AS (
-        SELECT id, id FROM {TABLE} WHERE id IN ({roots})
-        UNION ALL
-        SELECT sub.root_id, g.id FROM {TABLE} g JOIN sub ON g.parent_id = sub.id
-    )"""
+    """`WITH sub(root_id, id)`: every goal under each root in `roots` (an SQL list or
+    subquery), the root included."""
+    return (f"WITH sub(root_id, id) AS (SELECT ancestor_id, descendant_id FROM {LINKS} "
+            f"WHERE ancestor_id IN ({roots}))")
 
 
 def subtree_by(root_id: int, column: str) -> dict[object, list[int]]:
-    """The ids of a goal and all its descendants, grouped by a column's value: one recursive
-    query, its ids gathered in the database (a list per value, not a row per goal)."""
-    gather = "array_agg(id)" if connection.vendor == "postgresql" else "json_group_array(id)"
+    """The ids of a goal and all its descendants, grouped by a column's value: one query,
+    its ids gathered in the database (a list per value, not a row per goal)."""
+    gather = "array_agg(g.id)" if connection.vendor == "postgresql" else "json_group_array(g.id)"
     column = connection.ops.quote_name(column)
     with connection.cursor() as cursor:
-        cursor.execute(f"""WITH RECURSIVE sub(id, value) AS (
-            SELECT id, {column} FROM {TABLE} WHERE id = %s
-            UNION ALL
-            SELECT g.id, g.{column} FROM {TABLE} g JOIN sub ON g.parent_id = sub.id
-        ) SELECT value, {gather} FROM sub GROUP BY value""", [root_id])
+        cursor.execute(f"""SELECT g.{column}, {gather} FROM {LINKS} l
+            JOIN {TABLE} g ON g.id = l.descendant_id WHERE l.ancestor_id = %s
+            GROUP BY g.{column}""", [root_id])
         return {value: ids if isinstance(ids, list) else json.loads(ids)
                 for value, ids in cursor.fetchall()}
 
 
 def among(ids: list[int]) -> RawSQL:
     """A subquery of these ids, for `pk__in=` and `goal_id__in=`, bound as one parameter
-    (however many there are) so that a subtree is walked once and then only looked up."""
+    (however many there are) so that a subtree is read once and then only looked up."""
     if connection.vendor == "postgresql":
         # An array literal, written once: the driver would adapt each id on its own.
         return RawSQL("SELECT unnest(%s::bigint[])", ["{" + ",".join(map(str, ids)) + "}"])
@@ -45,16 +87,8 @@ def among(ids: list[int]) -> RawSQL:
 
 
 def ancestor_ids(goal_id: int) -> list[int]:
-    """Ids of a goal and all its ancestors, nearest first (one recursive query)."""
-    sql = f"""
-        WITH RECURSIVE up(id, parent_id, depth) AS (
-            SELECT id, parent_id, 0 FROM {TABLE} WHERE id = %s
-            UNION ALL
-            SELECT g.id, g.parent_id, up.depth + 1 FROM {TABLE} g JOIN up ON g.id = up.parent_id
-            WHERE up.depth < 10000
-        )
-        SELECT id FROM up ORDER BY depth
-    """
+    """Ids of a goal and all its ancestors, nearest first (one query)."""
     with connection.cursor() as cursor:
-        cursor.execute(sql, [goal_id])
+        cursor.execute(f"SELECT ancestor_id FROM {LINKS} WHERE descendant_id = %s "
+                       "ORDER BY depth", [goal_id])
         return [row[0] for row in cursor.fetchall()]

@@ -13,7 +13,7 @@ from huey import crontab
 from huey.consumer import Scheduler
 from huey.contrib.djhuey import db_periodic_task, db_task, on_startup, task
 
-from goals.rollup import fold_tallies
+from goals.rollup import fold_days, fold_tallies
 from workflows.chat import interactions, slack
 from workflows.delivery import dispatch, notifications, outbox, webhooks
 from workflows.ops import retention
@@ -102,6 +102,7 @@ def send_gate_reminders() -> None:
 def fold_goal_tallies() -> None:
     with presence.periodic("fold_goal_tallies"):
         fold_tallies()
+        fold_days()
 
 
 @db_task()

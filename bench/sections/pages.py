@@ -72,8 +72,12 @@ def measure(bench) -> None:
     subtree = [pk for ids in subtree_by(big_root.pk, "status").values() for pk in ids]
     completed = Run.objects.filter(goal_id__in=among(subtree),
                                    status=RunStatus.COMPLETED).count()
+    from goals.progress import progress_report
+
+    weekly = sum(n for _, n in progress_report(big_root).weeks)
     bench.results["pages"] = {
         "rollup_matches_runs": rollup(big_root.pk).runs_completed == completed,
+        "progress_matches_runs": weekly == completed,
         "goals": Goal.objects.count(), "runs": Run.objects.count(),
         "checkpoints": Checkpoint.objects.count(), "checkpoints_written": written,
         "run_page_checkpoints": timeline, "seconds_to_write_data": grown_s,

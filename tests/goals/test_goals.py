@@ -28,6 +28,41 @@ def test_ancestors_nearest_first(tree):
     assert ancestor_ids(grandchild.pk) == [grandchild.pk, child.pk, root.pk]
 
 
+def closure_from_parents() -> set[tuple[int, int, int]]:
+    """(ancestor, goal, depth) of every goal, walked from the parent column in Python."""
+    parents = dict(Goal.objects.values_list("pk", "parent_id"))
+    links = set()
+    for pk in parents:
+        above, depth = pk, 0
+        while above is not None:
+            links.add((above, pk, depth))
+            above, depth = parents[above], depth + 1
+    return links
+
+
+def test_the_closure_follows_every_move(tree):
+    """The closure is the parent column's, after creates and moves of whole subtrees (by
+    the services, as the admin and the API move goals)."""
+    from goals.models import GoalLink
+
+    root, child, grandchild = tree
+    other = Goal.objects.create(title="Other")
+    leaf = Goal.objects.create(title="Leaf", parent=grandchild)
+
+    def links():
+        return set(GoalLink.objects.values_list("ancestor_id", "descendant_id", "depth"))
+
+    assert links() == closure_from_parents()
+    goal_update(child, parent=other)  # child's subtree, three deep, moves
+    assert links() == closure_from_parents()
+    assert ancestor_ids(leaf.pk) == [leaf.pk, grandchild.pk, child.pk, other.pk]
+    goal_update(child, parent=None)
+    assert links() == closure_from_parents()
+    assert rollup(root.pk).descendants == 0 and rollup(child.pk).descendants == 2
+    leaf.delete()
+    assert links() == closure_from_parents()
+
+
 def test_cycle_is_refused_with_clear_error(tree):
     root, _, grandchild = tree
     with pytest.raises(ValidationError) as error:

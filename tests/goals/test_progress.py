@@ -11,11 +11,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from goals import tree
 from goals.models import Goal
 from goals.progress import percentile, progress_report
 from tests.workflows.helpers import work
 from workflows import engine
-from workflows.models import Approval, Run
+from workflows.models import Approval, Run, RunDay
 
 pytestmark = pytest.mark.django_db
 
@@ -78,10 +79,48 @@ def test_everything_includes_other_trees(known):
     assert report.failures[0].failed == 2 and report.goals_by_status["active"] == 3
 
 
+def finish_completed_runs_at(when) -> None:
+    """Move the completed runs' finish, and their day rows with it (as the engine would
+    have written them)."""
+    from datetime import UTC
+
+    runs = Run.objects.filter(status="completed")
+    RunDay.objects.filter(completed__gt=0).update(day=when.astimezone(UTC).date())
+    runs.update(finished_at=when)
+
+
 def test_old_completions_fall_outside_the_weeks(known):
-    Run.objects.filter(status="completed").update(finished_at=timezone.now()
-                                                  - timedelta(weeks=20))
+    finish_completed_runs_at(timezone.now() - timedelta(weeks=20))
     assert sum(n for _, n in progress_report(known[0]).weeks) == 0
+
+
+def test_weeks_and_failures_come_from_the_day_rows(known, tmp_path):
+    """A run finishing writes its day row in its own transaction; the report reads those
+    rows (folded or not), so a pruned run still counts on its day."""
+    from goals.rollup import fold_days
+
+    report = progress_report(known[0])
+    assert sum(n for _, n in report.weeks) == 2 and report.failures[0].failed == 1
+    fold_days()
+    assert RunDay.objects.filter(folded=False).count() == 0
+    folded = progress_report(known[0])
+    assert folded.weeks == report.weeks and folded.failures == report.failures
+    from workflows.ops.retention import prune_runs
+
+    with open(tmp_path / "pruned.jsonl", "w") as out:  # pruned: the counts stay
+        assert prune_runs(0, out, now=timezone.now() + timedelta(days=1)) == 4
+    assert not Run.objects.filter(status="completed").exists()
+    assert sum(n for _, n in progress_report(known[0]).weeks) == 2
+
+
+def test_a_reopened_run_leaves_its_day(known, people):
+    """A failed run retried out of its failure takes back its day's failure."""
+    root, _ = known
+    failed = Run.objects.get(status="failed", goal__title="Team")
+    step = failed.steps.filter(status="failed").first()
+    before = progress_report(root).failures[0].failed
+    engine.retry_step(failed, step.key, actor=people["alice"])
+    assert progress_report(root).failures[0].failed == before - 1
 
 
 def test_weeks_are_the_viewers_weeks(known):
@@ -89,8 +128,7 @@ def test_weeks_are_the_viewers_weeks(known):
     from zoneinfo import ZoneInfo
 
     now = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)  # a Wednesday
-    Run.objects.filter(status="completed").update(
-        finished_at=datetime(2026, 3, 1, 23, 30, tzinfo=UTC))  # Monday 08:30 in Tokyo
+    finish_completed_runs_at(datetime(2026, 3, 1, 23, 30, tzinfo=UTC))  # Monday 08:30 Tokyo
     with timezone.override(UTC):
         weeks = progress_report(known[0], now=now).weeks
         assert [n for _, n in weeks[-2:]] == [2, 0]
@@ -136,5 +174,6 @@ def test_query_counts_hold_at_ten_thousand_goals(client, people, release_spec):
         Goal(title=f"Goal {t.pk}.{j}", parent=t, status="blocked" if j % 10 == 0 else "active",
              blocker_reason="waiting" if j % 10 == 0 else "")
         for t in teams for j in range(99))
+    tree.relink_all()  # written in bulk, without Goal.save
     assert Goal.objects.count() >= 10_000
     assert [count(client, url) for url in urls] == small

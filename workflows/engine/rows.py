@@ -11,6 +11,7 @@ write and the commit, whatever it does.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from datetime import UTC
 
 from django.db import connection, transaction
 
@@ -22,6 +23,7 @@ from ..models import (
     Checkpoint,
     GoalTally,
     Run,
+    RunDay,
     RunStatus,
     Step,
     StepKind,
@@ -37,6 +39,8 @@ CHECKPOINT = sql.Table(Checkpoint)
 TALLY = sql.Table(GoalTally)
 TALLY_COLUMNS = ("goal_id", "runs_completed", "runs_failed", "steps_total", "steps_done",
                  "folded")
+DAY = sql.Table(RunDay)
+DAY_COLUMNS = ("day", "spec_name", "goal_id", "completed", "failed", "folded")
 CHECKPOINT_COLUMNS = ("run_id", "seq", "kind", "step_id", "run_status", "step_status",
                       "actor_id", "actor_name", "label", "summary", "evidence", "state_patch",
                       "at")
@@ -191,6 +195,7 @@ class RunState:
             run.updated_at = now
             statements.append(RUN.update(run.pk, {**run_changes, "updated_at": now}))
             statements.extend(_tally_change(self.run_loaded, run))
+            statements.extend(_day_change(self.run_loaded, run))
             self.run_loaded.update(run_changes)
         returning = None
         if self.checkpoints:
@@ -227,6 +232,25 @@ def _tally_change(loaded: dict, run: Run) -> list[tuple[str, list]]:
         return []
     change = tuple(a - b for a, b in zip(after, before, strict=True))
     return [TALLY.insert(TALLY_COLUMNS, [(run.goal_id, *change, False)])]
+
+
+def _day_change(loaded: dict, run: Run) -> list[tuple[str, list]]:
+    """The progress report's day rows a run's change owes: +1 on the UTC day it finished
+    (completed or failed), and -1 on the day it had finished if it is reopened or moved."""
+    def counted(status, finished_at):
+        if status not in (RunStatus.COMPLETED, RunStatus.FAILED) or finished_at is None:
+            return None
+        return (finished_at.astimezone(UTC).date(), status == RunStatus.COMPLETED,
+                status == RunStatus.FAILED)
+
+    before = counted(loaded["status"], loaded["finished_at"])
+    after = counted(run.status, run.finished_at)
+    if before == after:
+        return []
+    rows = [(day, run.spec_name, run.goal_id, sign * completed, sign * failed, False)
+            for sign, found in ((-1, before), (1, after)) if found is not None
+            for day, completed, failed in [found]]
+    return [DAY.insert(DAY_COLUMNS, rows)]
 
 
 def _changed(step: Step) -> list[str]:

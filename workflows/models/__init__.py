@@ -42,6 +42,7 @@ from .runs import (  # noqa: F401
     GoalTally,
     HeldByProcess,
     Run,
+    RunDay,
     RunStatus,
     Step,
     StepKind,

@@ -152,6 +152,9 @@ class Run(models.Model):
             models.Index(fields=["goal", "status"]),
             models.Index(fields=["spec_name", "-created_at"]),
             models.Index(fields=["ref"], condition=~Q(ref=""), name="run_ref_idx"),
+            # The progress report reads the runs of its weeks' edge days exactly (RunDay).
+            models.Index(fields=["finished_at"], condition=Q(finished_at__isnull=False),
+                         name="run_finished_at_idx"),
             # The claim order of the runs that have work for a worker (engine.claim_next).
             models.Index(fields=["-priority_rank", "served_at"],
                          condition=Q(claimable_at__isnull=False), name="run_claim_order_idx"),
@@ -219,6 +222,36 @@ class GoalTally(models.Model):
 
     def __str__(self) -> str:
         return f"goal {self.goal_id} {'tally' if self.folded else 'change'}"
+
+
+class RunDay(models.Model):
+    """Runs finished per UTC day, spec and goal (none for a run without one), for the
+    progress report: kept as GoalTally is, a change row from the transaction that finishes a
+    run or reopens a finished one, folded by fold_goal_tallies into one row per day, spec and
+    goal. So the report's weeks and failure rates read a row per day and spec, never every
+    finished run."""
+
+    day = models.DateField()
+    spec_name = models.SlugField(max_length=100)
+    goal = models.ForeignKey("goals.Goal", null=True, blank=True, on_delete=models.CASCADE,
+                             related_name="+")
+    completed = models.IntegerField(default=0)
+    failed = models.IntegerField(default=0)
+    folded = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["goal", "day"]), models.Index(fields=["day"])]
+        constraints = [
+            models.UniqueConstraint(fields=["day", "spec_name", "goal"],
+                                    condition=Q(folded=True, goal__isnull=False),
+                                    name="run_day_one_folded"),
+            models.UniqueConstraint(fields=["day", "spec_name"],
+                                    condition=Q(folded=True, goal__isnull=True),
+                                    name="run_day_one_folded_without_goal"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.spec_name} {'tally' if self.folded else 'change'}"
 
 
 class HeldByProcess(models.Model):
