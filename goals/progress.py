@@ -22,8 +22,7 @@ from workflows.models import (
 from workflows.permissions import readable_runs, sees_every_run
 from workflows.timezones import day_starts
 
-from . import tree
-from .models import Goal, GoalStatus
+from .models import Goal, GoalLink, GoalStatus
 
 WEEKS = 12
 LATENCY_DAYS = 90
@@ -102,17 +101,14 @@ def progress_report(root: Goal | None = None, now: datetime | None = None, *,
                                            RunDay.objects.all())
     by_status = dict.fromkeys(GoalStatus.values, 0)
     if root is not None:
-        # The subtree is walked once; the other queries look its ids up.
-        members = tree.subtree_by(root.pk, "status")
-        by_status.update((status, len(ids)) for status, ids in members.items())
-        subtree = tree.among([pk for ids in members.values() for pk in ids])
-        goals = goals.filter(pk__in=tree.among(members.get(GoalStatus.BLOCKED, [])))
+        # The subtree from the closure, as a subquery each query looks its goals up in.
+        subtree = GoalLink.objects.filter(ancestor_id=root.pk).values("descendant_id")
+        goals = goals.filter(pk__in=subtree)
         runs = runs.filter(goal_id__in=subtree)
         days = days.filter(goal_id__in=subtree)
         steps = steps.filter(run__goal_id__in=subtree)
         approvals = approvals.filter(step__run__goal_id__in=subtree)
-    else:
-        by_status.update(goals.values_list("status").annotate(n=Count("pk")).order_by())
+    by_status.update(goals.values_list("status").annotate(n=Count("pk")).order_by())
 
     weeks = _weeks(now, runs, days)
 
@@ -121,8 +117,10 @@ def progress_report(root: Goal | None = None, now: datetime | None = None, *,
                            run__status__in=OPEN_RUN_STATUSES)
     if user is not None and not sees_every_run(user):
         waiting = waiting.filter(run__in=readable_runs(user))
-    gates = list(waiting
-                 .select_related("run").order_by("waiting_since", "pk")[:100])
+    # What the list shows: a gate's evidence and a run's parameters stay unread.
+    gates = list(waiting.select_related("run").only(
+        "key", "title", "approval_group", "waiting_since", "run__title", "run__spec_name")
+        .order_by("waiting_since", "pk")[:100])
 
     waits: dict[str, list[float]] = {}
     for group, seconds in approvals.filter(

@@ -3,10 +3,7 @@ chains of ancestors are indexed lookups, written once here."""
 
 from __future__ import annotations
 
-import json
-
 from django.db import connection
-from django.db.models.expressions import RawSQL
 
 TABLE = "goals_goal"
 LINKS = "goals_goallink"
@@ -62,28 +59,6 @@ def subtrees_cte(roots: str) -> str:
     subquery), the root included."""
     return (f"WITH sub(root_id, id) AS (SELECT ancestor_id, descendant_id FROM {LINKS} "
             f"WHERE ancestor_id IN ({roots}))")
-
-
-def subtree_by(root_id: int, column: str) -> dict[object, list[int]]:
-    """The ids of a goal and all its descendants, grouped by a column's value: one query,
-    its ids gathered in the database (a list per value, not a row per goal)."""
-    gather = "array_agg(g.id)" if connection.vendor == "postgresql" else "json_group_array(g.id)"
-    column = connection.ops.quote_name(column)
-    with connection.cursor() as cursor:
-        cursor.execute(f"""SELECT g.{column}, {gather} FROM {LINKS} l
-            JOIN {TABLE} g ON g.id = l.descendant_id WHERE l.ancestor_id = %s
-            GROUP BY g.{column}""", [root_id])
-        return {value: ids if isinstance(ids, list) else json.loads(ids)
-                for value, ids in cursor.fetchall()}
-
-
-def among(ids: list[int]) -> RawSQL:
-    """A subquery of these ids, for `pk__in=` and `goal_id__in=`, bound as one parameter
-    (however many there are) so that a subtree is read once and then only looked up."""
-    if connection.vendor == "postgresql":
-        # An array literal, written once: the driver would adapt each id on its own.
-        return RawSQL("SELECT unnest(%s::bigint[])", ["{" + ",".join(map(str, ids)) + "}"])
-    return RawSQL("SELECT value FROM json_each(%s)", [json.dumps(list(ids))])
 
 
 def ancestor_ids(goal_id: int) -> list[int]:

@@ -33,7 +33,10 @@ def test_every_bench_section_runs_at_its_smallest_size(tmp_path):
     assert set(report["sections"]) == set(Bench.SECTIONS)
     assert result["pages"]["queries_independent_of_size"], result["pages"]
     assert result["pages"]["rollup_matches_runs"]
+    assert result["pages"]["progress_matches_runs"]
     assert result["http"]["inbox_polls"]["cards"] > 0
+    # Every change reached the open inbox (one that never came would read 10 s).
+    assert result["http"]["change_to_open_inbox_ms"]["max"] < 10_000
     assert result["soak"]["runs_not_completed"] == 0
     if backend == "postgres":
         assert [(row["consumers"], row["threads"]) for row in result["scaleout"]["rows"]] == \

@@ -63,15 +63,13 @@ def measure(bench) -> None:
     grown_s = time.perf_counter() - started
     analyze()
     big = all_pages(big_root, big_run, 10)
-    from goals.models import Goal
+    from goals.models import Goal, GoalLink
     from goals.rollup import rollup
-    from goals.tree import among, subtree_by
     from workflows.models import Checkpoint, Run, RunStatus
 
     # The goal pages read tallies: they must add up to the runs they stand for.
-    subtree = [pk for ids in subtree_by(big_root.pk, "status").values() for pk in ids]
-    completed = Run.objects.filter(goal_id__in=among(subtree),
-                                   status=RunStatus.COMPLETED).count()
+    subtree = GoalLink.objects.filter(ancestor_id=big_root.pk).values("descendant_id")
+    completed = Run.objects.filter(goal_id__in=subtree, status=RunStatus.COMPLETED).count()
     from goals.progress import progress_report
 
     weekly = sum(n for _, n in progress_report(big_root).weeks)

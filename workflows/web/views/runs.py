@@ -12,7 +12,7 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from tollgate.exports import csv_download
-from tollgate.paging import CountedUpTo
+from tollgate.paging import page_of
 from tollgate.query import int_param
 from workflows import engine, live, permissions, selectors
 from workflows.models import (
@@ -201,7 +201,7 @@ def run_list(request):
     runs = readable_runs(request.user, runs)
     if filters["mine"]:
         runs = runs.filter(pk__in=decidable_by(request.user).values("run_id"))
-    page = CountedUpTo(runs, 25).get_page(request.GET.get("page"))
+    page = page_of(runs, request.GET.get("page"))
     query = urlencode({k: v for k, v in filters.items() if v})
     return render(request, "workflows/run_list.html", {
         "page": page, "filters": filters, "query": query, "statuses": RunStatus.choices,
