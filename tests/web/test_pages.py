@@ -234,8 +234,10 @@ class TestRunList:
             engine.open_run(release_spec, title=f"Bulk {i}")
         as_user(client, people["bob"])
         page1 = client.get("/runs/").content.decode()
-        assert "Page 1 of 2" in page1 and "31 runs" in page1
-        assert "1 run" in client.get("/runs/?status=waiting_approval").content.decode()
+        assert "Page 1 · runs 1–25 and more" in page1
+        assert "runs 26–31</span>" in client.get("/runs/?page=2").content.decode()
+        assert "runs 1–1</span>" in client.get(
+            "/runs/?status=waiting_approval").content.decode()
         mine = client.get("/runs/?mine=1").content.decode()
         assert "Release 1.0" in mine and "Bulk" not in mine
         assert "No runs match" in client.get("/runs/?spec=nope").content.decode()
