@@ -236,7 +236,7 @@ class TestRunList:
         page1 = client.get("/runs/").content.decode()
         assert "Page 1 · runs 1–25 and more" in page1
         assert "runs 26–31</span>" in client.get("/runs/?page=2").content.decode()
-        assert "runs 1–1</span>" in client.get(
+        assert "Page 1 · run 1</span>" in client.get(
             "/runs/?status=waiting_approval").content.decode()
         mine = client.get("/runs/?mine=1").content.decode()
         assert "Release 1.0" in mine and "Bulk" not in mine
