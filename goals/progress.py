@@ -7,7 +7,17 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta
 
-from django.db.models import Case, Count, IntegerField, Q, Sum, Value, When
+from django.db.models import (
+    Case,
+    Count,
+    Exists,
+    IntegerField,
+    OuterRef,
+    Q,
+    Sum,
+    Value,
+    When,
+)
 from django.utils import timezone
 
 from workflows.models import (
@@ -106,8 +116,12 @@ def progress_report(root: Goal | None = None, now: datetime | None = None, *,
         goals = goals.filter(pk__in=subtree)
         runs = runs.filter(goal_id__in=subtree)
         days = days.filter(goal_id__in=subtree)
-        steps = steps.filter(run__goal_id__in=subtree)
-        approvals = approvals.filter(step__run__goal_id__in=subtree)
+        # Few gates wait and few decisions are recent: those are read first and looked up
+        # in the subtree (as EXISTS), not the subtree's every run searched for them.
+        steps = steps.filter(Exists(GoalLink.objects.filter(
+            ancestor_id=root.pk, descendant_id=OuterRef("run__goal_id"))))
+        approvals = approvals.filter(Exists(GoalLink.objects.filter(
+            ancestor_id=root.pk, descendant_id=OuterRef("step__run__goal_id"))))
     by_status.update(goals.values_list("status").annotate(n=Count("pk")).order_by())
 
     weeks = _weeks(now, runs, days)
