@@ -12,7 +12,7 @@ os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", os.path.join(
     f"metrics-test-{os.getpid()}"))
 
 from tollgate.settings import *  # noqa: E402,F403
-from tollgate.settings import CACHES, DATABASES, HUEY, VAR_DIR  # noqa: E402
+from tollgate.settings import DATABASES, HUEY, VAR_DIR  # noqa: E402
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not memory: threads and consumer processes must see the same database.
@@ -31,6 +31,5 @@ HUEY = {**HUEY, "name": f"tollgate-test-{os.getpid()}"}
 if HUEY["huey_class"] == "huey.SqliteHuey":
     HUEY["filename"] = str(VAR_DIR / f"huey-test-{os.getpid()}.sqlite3")
 # Page versions of this test session alone, named as its consumers name them (by the queue).
-CACHES["live"] = {**CACHES["live"], "KEY_PREFIX": HUEY["name"] + "-live"}
-if "filebased" in CACHES["live"]["BACKEND"]:
-    CACHES["live"]["LOCATION"] = str(VAR_DIR / "live" / HUEY["name"])
+TOLLGATE_LIVE_FILE = str(VAR_DIR / f"live-{HUEY['name']}.sqlite3")
+TOLLGATE_LIVE_PREFIX = HUEY["name"] + "-live:"

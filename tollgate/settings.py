@@ -264,20 +264,12 @@ else:
     }
 
 # What open pages poll for: a version per person, group and run, kept outside the database
-# (Redis where there is one, files beside the database otherwise) so that a poll that finds
-# nothing changed touches neither the session nor the database (workflows.live).
-TOLLGATE_LIVE_CACHE = (
-    {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
-     "KEY_PREFIX": HUEY["name"] + "-live",
-     "TIMEOUT": 7 * 86400,
-     # Redis away costs a poll its shortcut, never a transition its time.
-     "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1}}
-    if REDIS_URL else
-    {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
-     "LOCATION": str(VAR_DIR / "live" / HUEY["name"]), "TIMEOUT": 7 * 86400,
-     "OPTIONS": {"MAX_ENTRIES": 1_000_000}})
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-          "live": TOLLGATE_LIVE_CACHE}
+# (Redis where there is one, else a small SQLite file of its own beside the database) so
+# that a poll that finds nothing changed touches neither the session nor the database
+# (workflows.live).
+TOLLGATE_LIVE_REDIS_URL = REDIS_URL
+TOLLGATE_LIVE_FILE = str(VAR_DIR / f"live-{HUEY['name']}.sqlite3")
+TOLLGATE_LIVE_PREFIX = HUEY["name"] + "-live:"
 # How long a page's list of what to watch holds before a poll reads the database again
 # (what changes with time alone, such as an away period starting, shows within it).
 TOLLGATE_LIVE_MAX_AGE = int(os.environ.get("TOLLGATE_LIVE_MAX_AGE", "120"))

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import secrets
+import sqlite3
+import threading
+import time
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core import signing
-from django.core.cache import caches
 from django.db import transaction
 
 from workflows.models import CheckpointKind, GateRule
@@ -31,10 +34,94 @@ from workflows.permissions import principals
 log = logging.getLogger(__name__)
 
 SALT = "tollgate.live"
+TTL = 7 * 86400  # a version older than any page's watch list is only ever a miss
 
 
-def _cache():
-    return caches["live"]
+class RedisVersions:
+    """Versions in Redis: a ring is one pipelined round trip, a poll's read one MGET."""
+
+    def __init__(self, url: str, prefix: str):
+        import redis
+
+        # Redis away costs a poll its shortcut, never a transition its time.
+        self.client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
+        self.prefix = prefix
+
+    def read(self, keys: list[str]) -> list[str]:
+        return [v.decode() if v else "" for v in self.client.mget(
+            [self.prefix + k for k in keys])]
+
+    def write(self, keys: list[str], value: str) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.set(self.prefix + key, value, ex=TTL)
+        pipe.execute()
+
+    def forget(self, older_than: float) -> int:
+        return 0  # Redis expires them (TTL)
+
+
+class FileVersions:
+    """Versions in a small SQLite file of their own (not the database): a ring is one
+    unsynced write, a poll's read one indexed SELECT, from any process on the machine."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.local = threading.local()
+
+    def db(self) -> sqlite3.Connection:
+        db = getattr(self.local, "db", None)
+        if db is None or self.local.pid != os.getpid():
+            db = sqlite3.connect(self.path, timeout=5, isolation_level=None,
+                                 check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=OFF")  # a lost version is a miss, never a loss
+            db.execute("CREATE TABLE IF NOT EXISTS versions (key TEXT PRIMARY KEY, "
+                       "value TEXT NOT NULL, at REAL NOT NULL)")
+            self.local.db, self.local.pid = db, os.getpid()
+        return db
+
+    def read(self, keys: list[str]) -> list[str]:
+        found = dict(self.db().execute(
+            f"SELECT key, value FROM versions WHERE key IN ({','.join('?' * len(keys))})",
+            keys))
+        return [found.get(key, "") for key in keys]
+
+    def write(self, keys: list[str], value: str) -> None:
+        now = time.time()
+        db = self.db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany("INSERT INTO versions VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE "
+                           "SET value = excluded.value, at = excluded.at",
+                           [(key, value, now) for key in keys])
+        finally:
+            db.execute("COMMIT")
+
+    def forget(self, older_than: float) -> int:
+        return self.db().execute("DELETE FROM versions WHERE at < ?", [older_than]).rowcount
+
+
+_stores: dict[tuple, object] = {}
+
+
+def _store():
+    """The versions' store the settings name, one per process."""
+    where = (settings.TOLLGATE_LIVE_REDIS_URL, settings.TOLLGATE_LIVE_FILE,
+             settings.TOLLGATE_LIVE_PREFIX)
+    if where not in _stores:
+        _stores[where] = (RedisVersions(where[0], where[2]) if where[0]
+                          else FileVersions(where[1]))
+    return _stores[where]
+
+
+def forget_old() -> int:
+    """Drop versions no page can still be watching (the periodic prune)."""
+    try:
+        return _store().forget(time.time() - TTL)
+    except Exception:
+        log.warning("Could not prune page versions", exc_info=True)
+        return 0
 
 
 def run_key(run_id: int) -> str:
@@ -60,9 +147,7 @@ def inbox_keys(user) -> list[str]:
 
 
 def _seen(keys: list[str]) -> str:
-    values = _cache().get_many(keys)
-    return hashlib.blake2b("|".join(str(values.get(k, "")) for k in keys).encode(),
-                           digest_size=9).hexdigest()
+    return hashlib.blake2b("|".join(_store().read(keys)).encode(), digest_size=9).hexdigest()
 
 
 def watch(user_id: int, keys: list[str]) -> dict:
@@ -106,7 +191,7 @@ def ring(keys) -> None:
         return
     value = secrets.token_hex(6)
     try:
-        _cache().set_many(dict.fromkeys(keys, value))
+        _store().write(keys, value)
     except Exception:  # a page polls the database when its versions are gone; never fatal
         log.warning("Could not ring %d page versions", len(keys), exc_info=True)
 

@@ -148,13 +148,26 @@ def test_versions_that_cannot_be_read_leave_the_page_to_the_database(client, peo
     _, page = inbox
 
     class Gone:
-        def get_many(self, keys):
+        def read(self, keys):
             raise ConnectionError("Redis is away")
 
-        set_many = get_many
+        write = read
 
-    monkeypatch.setattr(live, "_cache", lambda: Gone())
+    monkeypatch.setattr(live, "_store", lambda: Gone())
     live.ring(["u:1"])  # says so in the log, and goes on
     assert not live.unchanged(page["watch"], page["seen"])
     body = client.get("/").content.decode()
     assert versions(body)["seen"] == "" and 'hx-trigger="every 5s"' in body
+
+
+def test_versions_no_page_can_watch_are_pruned(settings):
+    """The periodic prune drops versions older than any watch list (Redis expires them)."""
+    if settings.TOLLGATE_LIVE_REDIS_URL:
+        pytest.skip("Redis expires page versions itself")
+    live.ring(["r:999999", "r:999998"])
+    store = live._store()
+    store.db().execute("UPDATE versions SET at = at - ? WHERE key = 'r:999999'",
+                       [live.TTL + 60])
+    assert live.forget_old() >= 1
+    assert store.read(["r:999999", "r:999998"])[0] == ""
+    assert store.read(["r:999998"])[0] != ""

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 
-from workflows import clock
+from workflows import clock, live
 from workflows.models import (
     TERMINAL_RUN_STATUSES,
     Approval,
@@ -73,6 +73,7 @@ def prune_records(now=None) -> dict[str, int]:
         "chat_interactions": _delete_in_batches(ChatInteraction.objects.filter(
             done_at__lt=before(settings.TOLLGATE_KEEP_OUTBOX_DAYS))),
         "workers": _delete_in_batches(Worker.objects.filter(last_seen__lt=before(7))),
+        "page_versions": live.forget_old(),
     }
 
 
