@@ -6,6 +6,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.dispatch import Signal
 
+from . import tree
 from .models import Goal, GoalStatus
 
 EDITABLE_FIELDS = {
@@ -41,8 +42,12 @@ def require_goal_permission(actor, action: str) -> None:
 def goal_save(goal: Goal, *, actor=None) -> Goal:
     """Validate (cycles, blocker) and save; raises ValidationError and changes nothing."""
     require_goal_permission(actor, "add" if goal._state.adding else "change")
-    goal.full_clean()
-    goal.save()
+    with transaction.atomic():
+        # Goal saves take turns (PostgreSQL): the cycle check and the closure's update see
+        # one shape of the tree, whatever other goals move at the same time.
+        tree.lock()
+        goal.full_clean()
+        goal.save()
     return goal
 
 
@@ -57,7 +62,8 @@ def goal_update(goal: Goal, *, actor=None, open_runs: str = "refuse", **fields) 
     if open_runs not in OPEN_RUN_POLICIES:
         raise ValidationError(f"open_runs must be refuse or cancel, got {open_runs!r}.")
     with transaction.atomic():
-        locked = Goal.objects.select_for_update().get(pk=goal.pk)
+        # NO KEY: a move elsewhere may still link goals under this one while it waits.
+        locked = Goal.objects.select_for_update(no_key=True).get(pk=goal.pk)
         was_closed = locked.is_closed
         for name, value in fields.items():
             setattr(locked, name, value)

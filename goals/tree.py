@@ -28,8 +28,22 @@ def relink_all() -> None:
         cursor.execute(RELINK)
 
 
+# Any number: the key of the advisory lock every change of the tree's shape takes.
+TREE_LOCK = 7_201_911
+
+
+def lock() -> None:
+    """Hold the tree's shape for the rest of the transaction: creates and moves of goals
+    take it in turn, so a move's reads of the closure (and the cycle check before it) cannot
+    miss another's. SQLite's transactions already take the one write lock at BEGIN."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [TREE_LOCK])
+
+
 def link(goal_id: int, parent_id: int | None) -> None:
     """A new goal: itself, and its parent's ancestors one level further."""
+    lock()
     with connection.cursor() as cursor:
         cursor.execute(f"INSERT INTO {LINKS} (ancestor_id, descendant_id, depth) "
                        f"SELECT CAST(%s AS BIGINT), CAST(%s AS BIGINT), 0 UNION ALL "
@@ -41,6 +55,7 @@ def link(goal_id: int, parent_id: int | None) -> None:
 def move(goal_id: int, parent_id: int | None) -> None:
     """A goal given another parent: its subtree leaves its old ancestors and joins the new
     parent's (two statements, in the caller's transaction)."""
+    lock()
     with connection.cursor() as cursor:
         cursor.execute(f"""DELETE FROM {LINKS}
             WHERE descendant_id IN (SELECT descendant_id FROM {LINKS} WHERE ancestor_id = %s)

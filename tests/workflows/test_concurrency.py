@@ -131,3 +131,54 @@ def test_runs_finishing_while_tallies_fold_count_once_each(release_spec):
         (goals[0].pk, 12, 48), (goals[1].pk, 12, 48)]
     total = rollup(root.pk)
     assert (total.runs_failed, total.runs_open, total.steps_total) == (24, 0, 96)
+
+
+def test_a_goal_made_while_its_parent_moves_is_linked_under_the_new_place(monkeypatch):
+    """A goal is made under M (its transaction still open, its links written from M's
+    ancestors) while another transaction moves M under another root: the move waits for the
+    tree's turn, so it sees the new goal and links it too; the closure stays the parent
+    column's."""
+    from goals import tree
+    from goals.models import Goal, GoalLink
+    from goals.services import goal_update
+    from tests.goals.test_goals import closure_from_parents
+
+    roots = [Goal.objects.create(title=f"Root {i}") for i in range(2)]
+    middle = Goal.objects.create(title="Middle", parent=roots[0])
+    linked, go = threading.Event(), threading.Event()
+    link = tree.link
+
+    def link_then_hold(goal_id, parent_id):
+        link(goal_id, parent_id)
+        if parent_id == middle.pk:
+            linked.set()
+            go.wait(30)  # the transaction stays open while the move is tried
+
+    monkeypatch.setattr(tree, "link", link_then_hold)
+
+    def make():
+        try:
+            Goal.objects.create(title="Leaf", parent=middle)
+        finally:
+            connection.close()
+
+    def move():
+        try:
+            goal_update(middle, parent=roots[1])
+        finally:
+            connection.close()
+
+    maker = threading.Thread(target=make)
+    maker.start()
+    assert linked.wait(30)
+    mover = threading.Thread(target=move)
+    mover.start()
+    mover.join(2)  # without the tree's turn, the move would be done by now
+    go.set()
+    maker.join(30)
+    mover.join(30)
+    leaf = Goal.objects.get(title="Leaf")
+    assert Goal.objects.get(pk=middle.pk).parent_id == roots[1].pk
+    assert set(GoalLink.objects.values_list("ancestor_id", "descendant_id", "depth")) == \
+        closure_from_parents()
+    assert tree.ancestor_ids(leaf.pk) == [leaf.pk, middle.pk, roots[1].pk]
