@@ -9,6 +9,7 @@ django_application = get_wsgi_application()
 
 from workflows import live  # noqa: E402  (after Django is set up)
 
+_LIVE_PAGES = re.compile(r"/(runs/[0-9]+/)?$")  # the inbox and a run page poll
 _WATCH = re.compile(r"(?:^|&)watch=([^&]*)")
 _SEEN = re.compile(r"(?:^|&)seen=([^&]*)")
 
@@ -18,7 +19,8 @@ def application(environ, start_response):
     answered here (204) without the session, the database or Django's middleware, so that
     hundreds of open pages polling each second cost almost nothing (workflows.live)."""
     query = environ.get("QUERY_STRING", "")
-    if environ.get("REQUEST_METHOD") == "GET" and "watch=" in query:
+    if (environ.get("REQUEST_METHOD") == "GET" and "watch=" in query
+            and _LIVE_PAGES.match(environ.get("PATH_INFO", ""))):
         watch, seen = _WATCH.search(query), _SEEN.search(query)
         if watch and seen and live.unchanged(unquote_plus(watch[1]),
                                                  unquote_plus(seen[1])):

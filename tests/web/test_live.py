@@ -72,6 +72,8 @@ def test_nothing_changed_is_answered_before_the_session_and_the_database(inbox, 
     assert through_wsgi(monkeypatch, "/", {"poll": 1})[0] == "Django"
     assert through_wsgi(monkeypatch, "/", {"poll": 1, "watch": "forged:x:y",
                                            "seen": page["seen"]})[0] == "Django"
+    # Only the pages that poll are answered so: any other address is Django's.
+    assert through_wsgi(monkeypatch, "/api/runs", {**page})[0] == "Django"
 
 
 def test_a_decision_on_a_gate_rings_the_inboxes_of_its_group(client, people, inbox, monkeypatch,
