@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.db import connection
 from django.db.models import Count, F, Q, QuerySet, Subquery, Value
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 
 from .engine import NotFound
@@ -77,10 +79,11 @@ def runs(*, status: str | list[str] = "", spec: str = "", goal: int | None = Non
         found = found.filter(pk__in=ScheduleFire.objects.filter(
             schedule_id=schedule, run__isnull=False).values("run_id"))
     if q := q.strip():
-        # One indexed column (trigram on PostgreSQL) or the requester, looked up once.
+        # One indexed column (trigram on PostgreSQL, FTS5 trigram on SQLite) or the
+        # requester, looked up once.
         users = Run._meta.get_field("requested_by").related_model.objects
         requester_id = users.filter(username__iexact=q).values("pk")[:1]
-        found = found.filter(Q(search_text__contains=q.lower())
+        found = found.filter(_text_matches(q.lower())
                              | Q(requested_by_id=Subquery(requester_id)))
     if requester:
         found = found.filter(requested_by__username=requester)
@@ -267,3 +270,14 @@ def decision_rows(approvals: QuerySet[Approval]):
                "decision": decision, "group": group, "comment": comment,
                "values": values or {}, "waited_seconds": waited, "channel": channel,
                "chat_identity": chat_identity, "for_user": for_user or "", "rule": rule or ""}
+
+
+def _text_matches(text: str) -> Q:
+    """Runs whose search_text contains `text`. SQLite answers from its FTS5 trigram table
+    (migration 0038) when the text has three characters and no LIKE wildcard in it; else,
+    as PostgreSQL always does, from the column (its trigram index there)."""
+    if (connection.vendor == "sqlite" and len(text) >= 3
+            and not any(c in text for c in "%_\\")):
+        return Q(pk__in=RawSQL("SELECT rowid FROM run_search WHERE search_text LIKE %s",
+                               [f"%{text}%"]))
+    return Q(search_text__contains=text)

@@ -447,6 +447,25 @@ class TestSearch:
         assert found("opened_from=2001-01-01&opened_to=2001-01-02") == set()
         assert found("opened_from=not-a-date") == {"Nightly 42", "Hotfix"}  # ignored
 
+    def test_the_text_search_follows_every_change_of_a_run(self, runs):
+        """The words searched for are the run's as they are now: a new title is found and
+        the old one is not, and text with LIKE's wildcards in it is matched as text (on
+        SQLite, three characters or more through its trigram table, with its plan)."""
+        from workflows.models import Run
+
+        def found(q):
+            return {r.title for r in selectors.runs(q=q)}
+
+        hotfix = runs[1]
+        Run.objects.filter(pk=hotfix.pk).update(title="Weekly 50% rollout")
+        assert found("hotfix") == set() and found("weekly") == {"Weekly 50% rollout"}
+        assert found("50%") == {"Weekly 50% rollout"} and found("5_%") == set()
+        assert found("ly 5") == {"Weekly 50% rollout"}
+        assert found("ly") == {"Weekly 50% rollout", "Nightly 42"}  # too short: a scan
+        if connection.vendor == "sqlite":
+            plan = selectors.runs(q="weekly")[:25].explain()
+            assert "run_search VIRTUAL TABLE INDEX" in plan, plan
+
     def test_days_are_the_viewers_days(self, runs):
         from datetime import UTC, date, datetime
         from zoneinfo import ZoneInfo
