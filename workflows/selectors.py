@@ -6,7 +6,6 @@ from datetime import timedelta
 
 from django.db import connection
 from django.db.models import Count, F, Q, QuerySet, Subquery, Value
-from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 
 from .engine import NotFound
@@ -272,12 +271,22 @@ def decision_rows(approvals: QuerySet[Approval]):
                "chat_identity": chat_identity, "for_user": for_user or "", "rule": rule or ""}
 
 
+# On SQLite, a word matched by at most this many runs is looked up in the trigram table;
+# a commoner one is found by reading the runs newest first until a page is full.
+FEW_MATCHES = 2_000
+FTS_MATCHES = "SELECT rowid FROM run_search WHERE search_text LIKE %s LIMIT %s"
+
+
 def _text_matches(text: str) -> Q:
-    """Runs whose search_text contains `text`. SQLite answers from its FTS5 trigram table
-    (migration 0038) when the text has three characters and no LIKE wildcard in it; else,
-    as PostgreSQL always does, from the column (its trigram index there)."""
+    """Runs whose search_text contains `text`: on PostgreSQL from the column (its trigram
+    index). SQLite asks its FTS5 trigram table (migration 0038) first, for text of three
+    characters or more without LIKE's wildcards: a rare word is those runs, while a common
+    one is left to the ordered read, which stops at the page's end."""
     if (connection.vendor == "sqlite" and len(text) >= 3
             and not any(c in text for c in "%_\\")):
-        return Q(pk__in=RawSQL("SELECT rowid FROM run_search WHERE search_text LIKE %s",
-                               [f"%{text}%"]))
+        with connection.cursor() as cursor:
+            cursor.execute(FTS_MATCHES, [f"%{text}%", FEW_MATCHES + 1])
+            ids = [row[0] for row in cursor.fetchall()]
+        if len(ids) <= FEW_MATCHES:
+            return Q(pk__in=ids)
     return Q(search_text__contains=text)
