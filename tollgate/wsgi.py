@@ -18,12 +18,12 @@ def application(environ, start_response):
     """Django, except for an open page's poll whose versions say nothing changed: that is
     answered here (204) without the session, the database or Django's middleware, so that
     hundreds of open pages polling each second cost almost nothing (workflows.live)."""
-    query = environ.get("QUERY_STRING", "")
+    query, path = environ.get("QUERY_STRING", ""), environ.get("PATH_INFO", "")
     if (environ.get("REQUEST_METHOD") == "GET" and "watch=" in query
-            and _LIVE_PAGES.match(environ.get("PATH_INFO", ""))):
+            and _LIVE_PAGES.match(path)):
         watch, seen = _WATCH.search(query), _SEEN.search(query)
-        if watch and seen and live.unchanged(unquote_plus(watch[1]),
-                                                 unquote_plus(seen[1])):
+        if watch and seen and live.unchanged(unquote_plus(watch[1]), unquote_plus(seen[1]),
+                                             path):
             start_response("204 No Content", [("Cache-Control", "no-store"),
                                                ("Vary", "Cookie")])
             return []

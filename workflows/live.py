@@ -150,12 +150,13 @@ def _seen(keys: list[str]) -> str:
     return hashlib.blake2b("|".join(_store().read(keys)).encode(), digest_size=9).hexdigest()
 
 
-def watch(user_id: int, keys: list[str]) -> dict:
-    """What a page sends with its polls: `watch`, the signed keys, and `seen`, what they
+def watch(user_id: int, page: str, keys: list[str]) -> dict:
+    """What the page at `page` (its path) sends with its polls: `watch`, the signed keys
+    (good for that page only), and `seen`, what they
     held before the page read the database (read first: a change that lands in between
     rings after it and is seen by the next poll). `seen` is empty when the versions cannot
     be read; every poll then reads the database."""
-    token = signing.dumps([user_id, keys], salt=SALT, compress=True)
+    token = signing.dumps([user_id, page, keys], salt=SALT, compress=True)
     try:
         return {"watch": token, "seen": _seen(keys)}
     except Exception:  # the versions are a hint; the database answers without them
@@ -163,20 +164,21 @@ def watch(user_id: int, keys: list[str]) -> dict:
         return {"watch": token, "seen": ""}
 
 
-def watched(token: str) -> tuple[int, list[str]] | None:
-    """(user id, keys) of a page's signed, unexpired `watch`, or None."""
+def watched(token: str, page: str) -> tuple[int, list[str]] | None:
+    """(user id, keys) of a signed, unexpired `watch` made for the page at `page`, or None."""
     try:
-        user_id, keys = signing.loads(token, salt=SALT, max_age=settings.TOLLGATE_LIVE_MAX_AGE)
+        user_id, made_for, keys = signing.loads(token, salt=SALT,
+                                                max_age=settings.TOLLGATE_LIVE_MAX_AGE)
     except (signing.BadSignature, ValueError, TypeError):
         return None
-    return user_id, keys
+    return (user_id, keys) if made_for == page else None
 
 
-def unchanged(token: str, seen: str) -> bool:
+def unchanged(token: str, seen: str, page: str) -> bool:
     """Has nothing a page watches rung since it saw `seen`? Reads neither the session nor the
     database: the answer says only "nothing changed", and only to the holder of a page's
     own, unexpired token; anything else is left to the page's view."""
-    if not (token and seen) or (found := watched(token)) is None:
+    if not (token and seen) or (found := watched(token, page)) is None:
         return False
     try:
         return _seen(found[1]) == seen

@@ -72,8 +72,10 @@ def test_nothing_changed_is_answered_before_the_session_and_the_database(inbox, 
     assert through_wsgi(monkeypatch, "/", {"poll": 1})[0] == "Django"
     assert through_wsgi(monkeypatch, "/", {"poll": 1, "watch": "forged:x:y",
                                            "seen": page["seen"]})[0] == "Django"
-    # Only the pages that poll are answered so: any other address is Django's.
+    # Only the pages that poll are answered so, each with its own token: any other
+    # address, or this token on a run page, is Django's.
     assert through_wsgi(monkeypatch, "/api/runs", {**page})[0] == "Django"
+    assert through_wsgi(monkeypatch, "/runs/1/", {**page})[0] == "Django"
 
 
 def test_a_decision_on_a_gate_rings_the_inboxes_of_its_group(client, people, inbox, monkeypatch,
@@ -81,13 +83,13 @@ def test_a_decision_on_a_gate_rings_the_inboxes_of_its_group(client, people, inb
     run, page = inbox
     with django_capture_on_commit_callbacks(execute=True):
         engine.approve(run, "gate", user=people["bob"])
-    assert not live.unchanged(page["watch"], page["seen"])
+    assert not live.unchanged(page["watch"], page["seen"], "/")
     assert through_wsgi(monkeypatch, "/", {"poll": 1, **page})[0] == "Django"
     response = poll(client, page, have=f"{run.steps.get().pk}:1.0")
     assert response.status_code == 200 and "1 of 2" in response.content.decode()
     # The answer gives the versions to send next; with them, nothing has changed.
     fresh = {"watch": response["Tollgate-Watch"], "seen": response["Tollgate-Seen"]}
-    assert fresh["seen"] != page["seen"] and live.unchanged(fresh["watch"], fresh["seen"])
+    assert fresh["seen"] != page["seen"] and live.unchanged(fresh["watch"], fresh["seen"], "/")
 
 
 def test_a_new_gate_rings_its_group_and_no_other(client, people, inbox,
@@ -96,10 +98,10 @@ def test_a_new_gate_rings_its_group_and_no_other(client, people, inbox,
     make_user("olga", "ops")
     with django_capture_on_commit_callbacks(execute=True):
         engine.open_run(gate_spec("ops"), actor=people["alice"])
-    assert live.unchanged(page["watch"], page["seen"])  # carol is not in ops
+    assert live.unchanged(page["watch"], page["seen"], "/")  # carol is not in ops
     with django_capture_on_commit_callbacks(execute=True):
         engine.open_run(gate_spec("qa"), actor=people["alice"])
-    assert not live.unchanged(page["watch"], page["seen"])
+    assert not live.unchanged(page["watch"], page["seen"], "/")
 
 
 def test_joining_a_group_or_a_delegation_rings_the_person(client, people, inbox,
@@ -107,7 +109,7 @@ def test_joining_a_group_or_a_delegation_rings_the_person(client, people, inbox,
     _, page = inbox
     with django_capture_on_commit_callbacks(execute=True):
         people["carol"].groups.add(Group.objects.get_or_create(name="ops")[0])
-    assert not live.unchanged(page["watch"], page["seen"])
+    assert not live.unchanged(page["watch"], page["seen"], "/")
     # erin becomes dave's delegate: erin's inbox changes, though no gate did.
     client.force_login(people["erin"])
     erins = versions(client.get("/").content.decode())
@@ -115,7 +117,7 @@ def test_joining_a_group_or_a_delegation_rings_the_person(client, people, inbox,
     with django_capture_on_commit_callbacks(execute=True):
         Preference.objects.create(user=people["dave"], delegate=people["erin"],
                                   away_from=now, away_until=now + timedelta(days=1))
-    assert not live.unchanged(erins["watch"], erins["seen"])
+    assert not live.unchanged(erins["watch"], erins["seen"], "/")
 
 
 def test_a_run_page_is_rung_by_each_transition_of_its_run(client, people, waiting,
@@ -128,7 +130,7 @@ def test_a_run_page_is_rung_by_each_transition_of_its_run(client, people, waitin
     assert response.status_code == 204
     with django_capture_on_commit_callbacks(execute=True):
         engine.approve(waiting, "qa", user=people["bob"])
-    assert not live.unchanged(page["watch"], page["seen"])
+    assert not live.unchanged(page["watch"], page["seen"], f"/runs/{waiting.pk}/")
     response = client.get(f"/runs/{waiting.pk}/", {"seq": seq, **page, "have": have},
                           HTTP_HX_REQUEST="true")
     assert response.status_code == 200 and "bob" in response.content.decode()
@@ -139,9 +141,9 @@ def test_a_token_is_the_viewers_own_and_expires(client, people, inbox, settings,
     client.force_login(people["bob"])  # carol's token in bob's poll: the database decides
     response = poll(client, page, have=f"{run.steps.get().pk}:1.0")
     assert response.status_code == 204 and response["Tollgate-Watch"] != page["watch"]
-    assert not live.unchanged(page["watch"] + "x", page["seen"])
+    assert not live.unchanged(page["watch"] + "x", page["seen"], "/")
     settings.TOLLGATE_LIVE_MAX_AGE = -1  # older than it may be
-    assert not live.unchanged(page["watch"], page["seen"])
+    assert not live.unchanged(page["watch"], page["seen"], "/")
     assert through_wsgi(monkeypatch, "/", {"poll": 1, **page})[0] == "Django"
 
 
@@ -157,7 +159,7 @@ def test_versions_that_cannot_be_read_leave_the_page_to_the_database(client, peo
 
     monkeypatch.setattr(live, "_store", lambda: Gone())
     live.ring(["u:1"])  # says so in the log, and goes on
-    assert not live.unchanged(page["watch"], page["seen"])
+    assert not live.unchanged(page["watch"], page["seen"], "/")
     body = client.get("/").content.decode()
     assert versions(body)["seen"] == "" and 'hx-trigger="every 5s"' in body
 
@@ -185,5 +187,16 @@ def test_a_reassigned_gate_rings_whom_it_left_and_whom_it_reached(
     with django_capture_on_commit_callbacks(execute=True):
         engine.reassign_gate(run, "gate", actor=people["alice"], person=people["erin"],
                              reason="erin owns this area")
-    assert not live.unchanged(carols["watch"], carols["seen"])
-    assert not live.unchanged(erins["watch"], erins["seen"])
+    assert not live.unchanged(carols["watch"], carols["seen"], "/")
+    assert not live.unchanged(erins["watch"], erins["seen"], "/")
+
+
+def test_a_page_redrawn_by_a_button_polls_from_its_own_address(client, people, waiting,
+                                                                monkeypatch):
+    """The run body an Approve press sends back carries versions made for the run page (not
+    for the address pressed), so its next quiet poll is answered before Django."""
+    client.force_login(people["bob"])
+    body = client.post(f"/runs/{waiting.pk}/steps/qa/approve/", HTTP_HX_REQUEST="true")
+    page = versions(body.content.decode())
+    assert through_wsgi(monkeypatch, f"/runs/{waiting.pk}/",
+                        {"seq": waiting.checkpoint_seq, **page})[0] == "204 No Content"

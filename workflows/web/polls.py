@@ -3,14 +3,28 @@ page's versions (workflows.live)."""
 
 from __future__ import annotations
 
+from django.urls import reverse
+
 from workflows import live
+
+
+def inbox_versions(request) -> dict:
+    """What the viewer's inbox watches, as it stands now (read before the page's rows)."""
+    return live.watch(request.user.pk, reverse("inbox"), live.inbox_keys(request.user))
+
+
+def run_versions(request, run_id: int) -> dict:
+    """What a run page watches, as it stands now (read before the page's rows)."""
+    return live.watch(request.user.pk, reverse("run_detail", args=[run_id]),
+                      [live.run_key(run_id)])
 
 
 def unchanged(request) -> bool:
     """The viewer's own page's versions say nothing it watches has changed."""
     token, seen = request.GET.get("watch", ""), request.GET.get("seen", "")
-    found = live.watched(token) if token else None
-    return found is not None and found[0] == request.user.pk and live.unchanged(token, seen)
+    found = live.watched(token, request.path) if token else None
+    return (found is not None and found[0] == request.user.pk
+            and live.unchanged(token, seen, request.path))
 
 
 def with_versions(response, watching: dict):

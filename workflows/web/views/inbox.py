@@ -11,7 +11,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 
 from tollgate.query import whole_number
-from workflows import engine, live
+from workflows import engine
 from workflows.delivery import links
 from workflows.models import (
     Approval,
@@ -43,7 +43,7 @@ def inbox(request):
     if request.htmx:
         template += "#gates"
     form, view, query = _view(request)
-    watching = live.watch(request.user.pk, live.inbox_keys(request.user))  # before the rows
+    watching = polls.inbox_versions(request)  # before the rows
     choices = cards.inbox_choices(request.user)
     return render(request, template, {"live": watching,
                                       "gates": cards.inbox_gates(request.user, view),
@@ -60,7 +60,7 @@ def _inbox_update(request):
     versions alone (no card is built for it)."""
     if polls.unchanged(request):
         return HttpResponse(status=204)
-    watching = live.watch(request.user.pk, live.inbox_keys(request.user))  # before the rows
+    watching = polls.inbox_versions(request)  # before the rows
     have = {}
     for item in request.GET.getlist("have")[:500]:
         pk, _, version = item.partition(":")
@@ -98,7 +98,7 @@ def inbox_bulk(request):
             done = [f"You {verb} {gate.title} ({gate.run})." for gate in decided]
         except engine.WorkflowError as exc:
             problem = str(exc)
-    watching = live.watch(request.user.pk, live.inbox_keys(request.user))  # before the rows
+    watching = polls.inbox_versions(request)  # before the rows
     gates = cards.inbox_gates(request.user)
     for gate in gates:
         gate.notice = refused.get(gate.pk, "")

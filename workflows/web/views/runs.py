@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from tollgate.exports import csv_download
 from tollgate.paging import page_of
 from tollgate.query import int_param
-from workflows import engine, live, permissions, selectors
+from workflows import engine, permissions, selectors
 from workflows.models import (
     OPEN_RUN_STATUSES,
     Approval,
@@ -74,7 +74,7 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
     `refused` (gate key, {field: problem}), that gate's form shows what was posted and why
     it was refused.
     """
-    watching = live.watch(request.user.pk, [live.run_key(run_id)])  # before the rows
+    watching = polls.run_versions(request, run_id)  # before the rows
     run = get_object_or_404(readable_runs(request.user).select_related(
         "spec", "goal", "requested_by", "parent_step"), pk=run_id)
     steps = list(run.steps.order_by("index"))
@@ -148,8 +148,7 @@ def run_detail(request, pk: int):
             return HttpResponse(status=204)
         if seen is not None and readable_runs(request.user).filter(
                 pk=pk, checkpoint_seq=seen).exists():
-            return polls.with_versions(HttpResponse(status=204),
-                                live.watch(request.user.pk, [live.run_key(pk)]))
+            return polls.with_versions(HttpResponse(status=204), polls.run_versions(request, pk))
         if seen is not None and request.GET.getlist("have"):
             return _run_update(request, pk, seen)
         template += "#run-body"
