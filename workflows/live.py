@@ -174,11 +174,14 @@ def watched(token: str, page: str) -> tuple[int, list[str]] | None:
     return (user_id, keys) if made_for == page else None
 
 
-def unchanged(token: str, seen: str, page: str) -> bool:
+def unchanged(token: str, seen: str, page: str, user_id: int | None = None) -> bool:
     """Has nothing a page watches rung since it saw `seen`? Reads neither the session nor the
     database: the answer says only "nothing changed", and only to the holder of a page's
-    own, unexpired token; anything else is left to the page's view."""
+    own, unexpired token (made for `user_id`, when the caller knows who asks); anything
+    else is left to the page's view."""
     if not (token and seen) or (found := watched(token, page)) is None:
+        return False
+    if user_id is not None and found[0] != user_id:
         return False
     try:
         return _seen(found[1]) == seen

@@ -21,10 +21,8 @@ def run_versions(request, run_id: int) -> dict:
 
 def unchanged(request) -> bool:
     """The viewer's own page's versions say nothing it watches has changed."""
-    token, seen = request.GET.get("watch", ""), request.GET.get("seen", "")
-    found = live.watched(token, request.path) if token else None
-    return (found is not None and found[0] == request.user.pk
-            and live.unchanged(token, seen, request.path))
+    return live.unchanged(request.GET.get("watch", ""), request.GET.get("seen", ""),
+                          request.path, user_id=request.user.pk)
 
 
 def with_versions(response, watching: dict):
