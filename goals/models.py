@@ -139,3 +139,8 @@ class GoalLink(models.Model):
 
     def __str__(self) -> str:
         return f"goal {self.descendant_id} under {self.ancestor_id} ({self.depth})"
+
+    @classmethod
+    def subtree(cls, root_id: int):
+        """The ids of a goal and every goal under it, as a subquery for `goal_id__in=`."""
+        return cls.objects.filter(ancestor_id=root_id).values("descendant_id")

@@ -112,7 +112,7 @@ def progress_report(root: Goal | None = None, now: datetime | None = None, *,
     by_status = dict.fromkeys(GoalStatus.values, 0)
     if root is not None:
         # The subtree from the closure, as a subquery each query looks its goals up in.
-        subtree = GoalLink.objects.filter(ancestor_id=root.pk).values("descendant_id")
+        subtree = GoalLink.subtree(root.pk)
         goals = goals.filter(pk__in=subtree)
         runs = runs.filter(goal_id__in=subtree)
         days = days.filter(goal_id__in=subtree)

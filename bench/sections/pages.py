@@ -68,8 +68,8 @@ def measure(bench) -> None:
     from workflows.models import Checkpoint, Run, RunStatus
 
     # The goal pages read tallies: they must add up to the runs they stand for.
-    subtree = GoalLink.objects.filter(ancestor_id=big_root.pk).values("descendant_id")
-    completed = Run.objects.filter(goal_id__in=subtree, status=RunStatus.COMPLETED).count()
+    completed = Run.objects.filter(goal_id__in=GoalLink.subtree(big_root.pk),
+                                   status=RunStatus.COMPLETED).count()
     from goals.progress import progress_report
 
     weekly = sum(n for _, n in progress_report(big_root).weeks)
