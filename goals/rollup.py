@@ -146,6 +146,7 @@ def rollup(goal_id: int) -> Rollup:
 
 FOLD_BATCH = 5_000  # tally changes per statement
 TALLY_COUNTS = ("runs_completed", "runs_failed", "steps_total", "steps_done")
+DAY_COUNTS = ("completed", "failed")
 
 
 def fold_tallies() -> int:
@@ -170,9 +171,6 @@ def fold_days() -> int:
 def _flag() -> str:
     """A unique index's `folded` predicate, as each database writes it."""
     return "folded" if connection.vendor == "postgresql" else "folded = 1"
-
-
-DAY_COUNTS = ("completed", "failed")
 
 
 def _fold(table: str, keys: tuple, counts: tuple, targets: list[str]) -> int:

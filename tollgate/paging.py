@@ -16,6 +16,7 @@ class Page:
     rows: list
     number: int
     has_next: bool
+    per_page: int = 25
 
     def __iter__(self):
         return iter(self.rows)
@@ -43,8 +44,6 @@ class Page:
     @property
     def last_index(self) -> int:
         return self.first_index + len(self.rows) - 1 if self.rows else 0
-
-    per_page: int = 25
 
 
 MAX_PAGE = 10_000  # past this, an offset costs more than anyone pages for

@@ -105,8 +105,7 @@ def inbox_polls(bench, client, port, load, web_pid, seconds) -> dict:
 
     body = client.get("/").text
     shown = re.findall(r'name="have" value="([0-9]+:[0-9.]+)"', body)
-    watch = re.search(r'name="watch" value="([^"]*)"', body)[1]
-    seen = re.search(r'name="seen" value="([^"]*)"', body)[1]
+    watch, seen = page_versions(body)
     if not shown or not seen:
         raise RuntimeError("the inbox showed no cards, or no versions, to poll for")
     have = "&".join(f"have={item}" for item in shown)
@@ -130,12 +129,19 @@ def inbox_polls(bench, client, port, load, web_pid, seconds) -> dict:
             "target_cores": 0.2}
 
 
+def page_versions(body: str) -> tuple[str, str]:
+    """The `watch` and `seen` a page's poller sends, as the page holds them."""
+    import re
+
+    return (re.search(r'name="watch" value="([^"]*)"', body)[1],
+            re.search(r'name="seen" value="([^"]*)"', body)[1])
+
+
 def change_latency(bench, client, port, spec, user, trials: int) -> dict:
     """From a change committing to an open inbox polling as the page does (each second,
     with the versions each answer gives) getting it: a new gate in the viewer's group."""
     import http.client
     import random
-    import re
     import threading
     from urllib.parse import quote
 
@@ -144,9 +150,8 @@ def change_latency(bench, client, port, spec, user, trials: int) -> dict:
     from workflows import engine
 
     cookie = f"sessionid={client.cookies['sessionid'].value}"
-    body = client.get("/").text
-    state = {"watch": re.search(r'name="watch" value="([^"]*)"', body)[1],
-             "seen": re.search(r'name="seen" value="([^"]*)"', body)[1]}
+    watch, seen = page_versions(client.get("/").text)
+    state = {"watch": watch, "seen": seen}
     heard, stop = [], threading.Event()
     requester = User.objects.get_or_create(username="bench-requester", is_superuser=True)[0]
 
