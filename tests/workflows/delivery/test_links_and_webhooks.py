@@ -260,7 +260,10 @@ def test_a_real_consumer_posts_a_waiting_gate_to_the_receiver(consumers, setting
               TOLLGATE_WEBHOOK_HTTP_HOSTS="127.0.0.1")
     run = engine.open_run(release_spec, actor=people["alice"]).run
     wait_for(lambda: server.posts, 30, what="the webhook post")
-    record = WebhookDelivery.objects.get()
+    # The receiver hears the post before the consumer records its answer: read once it has.
+    record = wait_for(lambda: WebhookDelivery.objects.filter(attempts__gt=0).first(), 30,
+                      what="the refused attempt recorded")
+    assert WebhookDelivery.objects.count() == 1
     assert record.run_id == run.pk and record.event == "gate_waiting"
     assert record.attempts == 1 and record.last_status_code == 500 and record.status == "pending"
     # The retry is scheduled; here it is brought forward, as the periodic task would find it.
