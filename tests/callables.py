@@ -20,3 +20,21 @@ def nap(context: dict) -> None:
 def echo_state(context: dict) -> dict:
     """Return the shared state as its patch (what a careless callable might leak)."""
     return dict(context["shared_state"])
+
+
+def not_a_number(context: dict) -> dict:
+    """A patch the engine refuses to store."""
+    return {"ratio": float("nan")}
+
+
+def wait_for_neighbour(context: dict) -> dict:
+    """Wait (up to 30 s) until a step of a run of the spec "quick" is recorded completed,
+    as a slow step would while its batch's earlier outcome waits; say whether it was."""
+    from workflows.models import Step
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if Step.objects.filter(run__spec_name="quick", status="completed").exists():
+            return {"neighbour_recorded_first": True}
+        time.sleep(0.01)
+    return {"neighbour_recorded_first": False}

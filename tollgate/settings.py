@@ -343,6 +343,14 @@ TOLLGATE_WAKE_LIMIT = int(os.environ.get("TOLLGATE_WAKE_LIMIT", "32"))
 # How long a worker keeps claiming steps for one doorbell before it lets the queue's other
 # tasks have their turn (it rings again if work remains).
 TOLLGATE_WORKER_BATCH_SECONDS = float(os.environ.get("TOLLGATE_WORKER_BATCH_SECONDS", "2"))
+# Group commits: a worker thread claims up to this many ready steps of different runs at
+# once and records their outcomes (and claims its next ones) in one transaction; 1 turns
+# them off. The batch is as large as the work waiting: a lone chain goes one step at a time.
+TOLLGATE_GROUP_COMMIT_STEPS = int(os.environ.get("TOLLGATE_GROUP_COMMIT_STEPS", "8"))
+# The longest a finished step's outcome waits for the rest of its batch before it is
+# recorded on its own.
+TOLLGATE_GROUP_COMMIT_HOLD_SECONDS = float(
+    os.environ.get("TOLLGATE_GROUP_COMMIT_HOLD_SECONDS", "0.005"))
 
 # One line per event: the "huey" logger has our handler and does not propagate, so Huey's
 # consumer adds no handler of its own (it would print each line twice).

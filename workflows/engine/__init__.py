@@ -5,16 +5,19 @@ actor may make the move and that it is legal now, applies it and appends exactly
 checkpoint (`commit`). The run row lock serialises every transition of a run, so two workers,
 two clicks or two API calls cannot both win, and the checkpoint sequence stays gapless. What
 must follow a commit (ringing the queue, compensation, mail) is announced with the
-`transition_committed` signal once the transaction commits; the dispatcher listens.
+`transition_committed` signal once the transaction commits; the dispatcher listens. A
+worker's group commit (`batches`) makes several runs' transitions in one transaction, each
+exactly as it would alone.
 
 Modules: `errors`, `rules` (settled, ready, run status, next move: shared by Python and SQL),
 `rows` (locking and frontier rows), `moves` (what a transition does to a step), `commit`,
-`runs`, `steps` (work steps and leases), `gates` (approvals and deadlines), `policy` (a
-gate's approval rules), `compensations`.
+`runs`, `steps` (work steps and leases), `batches` (a worker's group commits: many runs'
+transitions in one transaction, each its own), `gates` (approvals and deadlines), `policy`
+(a gate's approval rules), `compensations`.
 """
 
 from ..errors import IllegalTransition, InvalidInput, NotFound, NotPermitted, WorkflowError
-from . import children, compensations
+from . import batches, children, compensations
 from .commit import Announcement, transition_committed, transition_recording
 from .gates import (
     approve,
@@ -54,6 +57,7 @@ release_compensation = compensations.release
 
 __all__ = [
     "AGENT_STATUSES", "RUN_HAS_HARD_FAILURE", "Announcement", "Chain", "IllegalTransition",
+    "batches",
     "InvalidInput", "NotFound", "NotPermitted", "Opened", "WorkflowError", "add_steps", "approve",
     "cancel_run", "children", "claim_next", "claim_step", "claimable_exists", "compensations",
     "decide_many", "form_values",

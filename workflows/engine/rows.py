@@ -442,21 +442,30 @@ def next_claimable_run(*, besides: int | None = None, wait: bool = True) -> int 
     from is skipped, unless no other has work (and `wait`: a caller holding another run's
     lock must not wait for one, or two such callers could wait on each other). `besides`
     leaves out the run the caller holds already."""
+    found = next_claimable_runs(1, besides=() if besides is None else (besides,), wait=wait)
+    return found[0] if found else None
+
+
+def next_claimable_runs(limit: int, *, besides=(), wait: bool = False) -> list[int]:
+    """Up to `limit` runs a claim serves next, in that order, locked on PostgreSQL (runs
+    other workers hold are skipped; with `wait`, when every one is held, the first is
+    named, for the caller's load to wait for). `besides` leaves out runs the caller holds
+    already."""
     text = f"SELECT id FROM {RUN.name} WHERE claimable_at <= %s"
     params = [clock.now()]
-    if besides is not None:
-        text += " AND id <> %s"
-        params.append(besides)
-    text += " ORDER BY priority_rank DESC, served_at, id LIMIT 1"
+    if besides:
+        text += f" AND id NOT IN ({', '.join(['%s'] * len(besides))})"
+        params.extend(besides)
+    text += f" ORDER BY priority_rank DESC, served_at, id LIMIT {int(limit)}"
     with sql.cursor() as cursor:
         if sql.is_postgres():
             cursor.execute(text + " FOR UPDATE SKIP LOCKED", params)
-            row = cursor.fetchone()
-            if row or not wait:
-                return row[0] if row else None
+            found = [row[0] for row in cursor.fetchall()]
+            if found or not wait:
+                return found
+            text = text.replace(f"LIMIT {int(limit)}", "LIMIT 1")  # load waits for it
         cursor.execute(text, params)
-        row = cursor.fetchone()
-    return row[0] if row else None
+        return [row[0] for row in cursor.fetchall()]
 
 
 def claimable_exists() -> bool:

@@ -66,17 +66,25 @@ def claim_next(*, owner: str, lease_seconds: float, holder=None) -> Step | None:
                 state = load(run_id)
             except NotFound:
                 continue
-            now = clock.now()
-            step = state.first_ready(now)
-            if step is not None and may_start(state.run, step, now,
-                                              held_back=state.hard_failure() is not None,
-                                              running=state.running_count()):
+            step = startable(state)
+            if step is not None:
                 _start(state, step, f"worker {owner}", owner, lease_seconds, holder)
                 state.flush()
                 return step
             _reschedule(state)  # another worker took the last of it: its claim time was stale
             state.flush()
     return None
+
+
+def startable(state: RunState) -> Step | None:
+    """The run's first ready worker step if a worker may start it now, else None."""
+    now = clock.now()
+    step = state.first_ready(now)
+    if step is None or not may_start(state.run, step, now,
+                                     held_back=state.hard_failure() is not None,
+                                     running=state.running_count()):
+        return None
+    return step
 
 
 def reschedule(run):
@@ -185,22 +193,33 @@ def complete_step(run, key: str, *, actor=None, summary: str = "", evidence=None
     claim; every other newly ready step still gets its doorbell.
     """
     with locked(run, key=key, fairness=chain is not None) as state:
-        step, stale = _reported_step(state, key, actor, lease_token, "complete", "approve")
-        if stale:
-            return stale
-        patch = merge_state(state.run, state_patch)
-        step.status = StepStatus.COMPLETED
-        step.finished_at = clock.now()
-        step.last_summary = summary
-        step.last_evidence = evidence or {}
-        step.last_state_patch = patch
-        step.finished_token = lease_token or ""
-        clear_lease(step)
-        checkpoint = commit(state, CheckpointKind.STEP_COMPLETED, actor=actor, step=step,
-                            summary=summary or f"{step.title} completed",
-                            evidence=evidence, state_patch=patch)
-        checkpoint.next_step = _chain(state, checkpoint, chain) if chain else None
+        checkpoint, recorded = complete_reported(state, key, actor=actor, summary=summary,
+                                                 evidence=evidence, state_patch=state_patch,
+                                                 lease_token=lease_token)
+        if recorded:
+            checkpoint.next_step = _chain(state, checkpoint, chain) if chain else None
         return checkpoint
+
+
+def complete_reported(state: RunState, key: str, *, actor, summary: str = "", evidence=None,
+                      state_patch=None,
+                      lease_token: str | None = None) -> tuple[Checkpoint, bool]:
+    """complete_step on a locked run's rows; also says whether the step completed now
+    (False: the report was stale, or repeated and recorded already)."""
+    step, stale = _reported_step(state, key, actor, lease_token, "complete", "approve")
+    if stale:
+        return stale, False
+    patch = merge_state(state.run, state_patch)
+    step.status = StepStatus.COMPLETED
+    step.finished_at = clock.now()
+    step.last_summary = summary
+    step.last_evidence = evidence or {}
+    step.last_state_patch = patch
+    step.finished_token = lease_token or ""
+    clear_lease(step)
+    return commit(state, CheckpointKind.STEP_COMPLETED, actor=actor, step=step,
+                  summary=summary or f"{step.title} completed",
+                  evidence=evidence, state_patch=patch), True
 
 
 def _chain(state: RunState, checkpoint: Checkpoint, chain: Chain) -> Step | None:
@@ -210,13 +229,15 @@ def _chain(state: RunState, checkpoint: Checkpoint, chain: Chain) -> Step | None
     step). None when there is none to take now."""
     if state.fairer_waiting:
         return _claim_elsewhere(state.run.pk, chain)
-    now = clock.now()
-    step = state.first_ready(now)
-    if step is None or not may_start(state.run, step, now,
-                                     held_back=state.hard_failure() is not None,
-                                     running=state.running_count()):
+    step = startable(state)
+    if step is None:
         return None
-    announcement = checkpoint.announcement
+    return chain_start(state, step, checkpoint.announcement, chain)
+
+
+def chain_start(state: RunState, step: Step, announcement, chain: Chain) -> Step:
+    """Start a step the completion just announced, for the worker that completed it: the
+    step's doorbell is not rung."""
     if step.pk in announcement.ring:
         announcement.ring.remove(step.pk)  # this worker runs it: no doorbell
     return _start(state, step, f"worker {chain.owner}", chain.owner, chain.lease_seconds,
@@ -230,19 +251,22 @@ def _claim_elsewhere(held: int, chain: Chain) -> Step | None:
     run_id = next_claimable_run(besides=held, wait=False)
     if run_id is None:
         return None
+    return claim_in(run_id, chain)
+
+
+def claim_in(run_id: int, chain: Chain) -> Step | None:
+    """In the caller's transaction, start the run's first ready step for the worker; None
+    (and the run's claim time put right) when it has none a worker may start now."""
     try:
         state = load(run_id)
     except NotFound:
         return None
-    now = clock.now()
-    step = state.first_ready(now)
-    if step is None or not may_start(state.run, step, now,
-                                     held_back=state.hard_failure() is not None,
-                                     running=state.running_count()):
+    step = startable(state)
+    if step is None:
         _reschedule(state)  # its claim time was stale
-        state.flush()
-        return None
-    _start(state, step, f"worker {chain.owner}", chain.owner, chain.lease_seconds, chain.holder)
+    else:
+        _start(state, step, f"worker {chain.owner}", chain.owner, chain.lease_seconds,
+               chain.holder)
     state.flush()
     return step
 
@@ -251,11 +275,18 @@ def fail_step(run, key: str, *, actor=None, summary: str = "", evidence=None,
               lease_token: str | None = None, retryable: bool = True) -> Checkpoint:
     """Fail a running step: it retries while attempts remain, else it fails."""
     with locked(run, key=key) as state:
-        step, stale = _reported_step(state, key, actor, lease_token, "fail", "reject")
-        if stale:
-            return stale
-        step.finished_token = lease_token or ""
-        return _fail(state, step, actor, summary, evidence, retryable)
+        return fail_reported(state, key, actor=actor, summary=summary, evidence=evidence,
+                             lease_token=lease_token, retryable=retryable)
+
+
+def fail_reported(state: RunState, key: str, *, actor, summary: str = "", evidence=None,
+                  lease_token: str | None = None, retryable: bool = True) -> Checkpoint:
+    """fail_step on a locked run's rows."""
+    step, stale = _reported_step(state, key, actor, lease_token, "fail", "reject")
+    if stale:
+        return stale
+    step.finished_token = lease_token or ""
+    return _fail(state, step, actor, summary, evidence, retryable)
 
 
 def _fail(state: RunState, step, actor, summary, evidence, retryable=True) -> Checkpoint:

@@ -26,7 +26,7 @@ from workflows import engine, processes, schedules
 from workflows.delivery import dispatch
 from workflows.engine import compensations
 from workflows.models import Compensation, Step
-from workflows.workers import spool
+from workflows.workers import groups, spool
 from workflows.workers.executors import (
     MissingSecret,
     Outcome,
@@ -199,10 +199,10 @@ def work(budget: float | None = None) -> int:
                                    if budget is None else budget)
     owner, ran = worker_name(), 0
     record_orphans()
+    if settings.TOLLGATE_GROUP_COMMIT_STEPS > 1:
+        return _work_in_groups(owner, deadline)
     while True:
-        if time.monotonic() >= deadline:
-            if engine.claimable_exists():
-                dispatch.wake(1)
+        if _out_of_time(deadline):
             return ran
         since = time.monotonic()  # the lease in the database ends no later than this + S
         step = engine.claim_next(owner=owner, holder=processes.this_process(),
@@ -211,6 +211,103 @@ def work(budget: float | None = None) -> int:
             return ran
         step.claimed_since = since
         ran += len(_execute(step, owner, deadline))
+
+
+def _out_of_time(deadline: float) -> bool:
+    if time.monotonic() < deadline:
+        return False
+    if engine.claimable_exists():
+        dispatch.wake(1)
+    return True
+
+
+@dataclass
+class Finished:
+    """An attempt run in a batch, its outcome waiting for the batch's group commit."""
+
+    step: Step
+    owner: str
+    outcome: Outcome
+    lease: dict
+
+
+def _work_in_groups(owner: str, deadline: float) -> int:
+    """work() with group commits: claim up to TOLLGATE_GROUP_COMMIT_STEPS steps of different
+    runs at once, run them in turn, then record their outcomes and claim the next ones in
+    one transaction. The batch is as large as the work waiting: a lone chain runs in
+    batches of one. No outcome waits for its neighbours longer than
+    TOLLGATE_GROUP_COMMIT_HOLD_SECONDS (groups.Group)."""
+    size = settings.TOLLGATE_GROUP_COMMIT_STEPS
+    chain = engine.Chain(owner, settings.TOLLGATE_LEASE_SECONDS, processes.this_process())
+    ran = 0
+    with groups.Group(settings.TOLLGATE_GROUP_COMMIT_HOLD_SECONDS, _record_group) as group:
+        while not _out_of_time(deadline):
+            since = time.monotonic()  # the leases in the database end no later than this + S
+            batch = engine.batches.claim_many(chain, size)
+            if not batch:
+                return ran
+            while batch:
+                for step in batch:  # every lease is kept from its claim, while it waits too
+                    step.stop = KEEPER.hold("step", step.pk, step.lease_token,
+                                            settings.TOLLGATE_LEASE_SECONDS, since=since)
+                for step in batch:
+                    _run_in_group(step, owner, group)
+                ran += len(batch)
+                since = time.monotonic()
+                batch = _record_group(group.take(), chain if since < deadline else None, size)
+    return ran
+
+
+def _run_in_group(step: Step, owner: str, group: groups.Group) -> None:
+    with logs.about(run=step.run_id, step=step.key, attempt=step.attempt), \
+            tracing.attempt_span(step.run_id, step.key, step.attempt):
+        if step.stop.is_set():
+            KEEPER.release("step", step.pk)  # its lease was lost while it waited its turn
+            return
+        context = _context(step)
+        if "workflow" in step.config["run"]:
+            try:
+                report(partial(engine.children.start_child, step.run_id, step.key,
+                               lease_token=step.lease_token, actor=f"worker {owner}"),
+                       what=f"step {step.pk}")
+            finally:
+                KEEPER.release("step", step.pk)
+            return
+        outcome = _attempt(step.config["run"], context, step.run.shared_state, step.stop,
+                           partial(_spawned, step.pk, step.lease_token))
+        group.add(Finished(step, owner, outcome, context["lease"]))
+
+
+def _record_group(finished: list[Finished], chain=None, limit: int = 0) -> list[Step]:
+    """Record a batch's outcomes in one transaction (and, with `chain`, claim up to `limit`
+    next steps in it); the steps claimed. If the engine refuses one of them (a state patch
+    it cannot store), each is recorded on its own, saying why; if the database stays away
+    past the report window, every outcome is kept in the spool for whoever finds it."""
+    reports = [engine.batches.Report(
+        f.step.run_id, f.step.key, f.step.lease_token, f"worker {f.owner}", f.outcome.ok,
+        f.outcome.summary, f.outcome.evidence, f.outcome.state_patch, f.outcome.retryable)
+        for f in finished]
+    if not reports and chain is None:
+        return []
+    claimed: list[Step] = []
+    try:
+        try:
+            _, claimed = report(partial(engine.batches.record_many, reports, chain=chain,
+                                        limit=limit), what=f"{len(reports)} step(s)")
+        except engine.WorkflowError:
+            for f in finished:
+                _record_step(f.step, f.step.lease_token, f"worker {f.owner}", f.outcome,
+                             call=lambda fn, what: report(fn, what=what))
+    except BaseException:
+        for f in finished:
+            _keep_unrecorded(f.outcome, f.lease)
+        raise
+    finally:
+        for f in finished:
+            KEEPER.release("step", f.step.pk)
+    for f in finished:
+        spool.discard(f.outcome.spooled)
+    return claimed
 
 
 def run_step(step_id: int) -> str:
@@ -263,27 +360,32 @@ def _execute_one(step: Step, owner: str, chain: bool = True):
         return _execute_attempt(step, owner, chain)
 
 
+def _context(step: Step) -> dict:
+    return {"run_id": step.run_id, "step_key": step.key, "attempt": step.attempt,
+            "params": step.run.params, **origin(step.run),
+            "lease": {"kind": "step", "id": step.pk, "token": step.lease_token}}
+
+
+def _spawned(step_id: int, token: str, pid: int, pgid: int) -> None:
+    try:
+        engine.record_child(step_id, token, pid, pgid)
+    except DatabaseError:
+        connection.close()  # shown on the page only; the result carries it too
+
+
 def _execute_attempt(step: Step, owner: str, chain: bool):
     token = step.lease_token
-    context = {"run_id": step.run_id, "step_key": step.key, "attempt": step.attempt,
-               "params": step.run.params, **origin(step.run),
-               "lease": {"kind": "step", "id": step.pk, "token": token}}
+    context = _context(step)
     stop = KEEPER.hold("step", step.pk, token, settings.TOLLGATE_LEASE_SECONDS,
                        since=getattr(step, "claimed_since", None))
-
-    def spawned(pid: int, pgid: int) -> None:
-        try:
-            engine.record_child(step.pk, token, pid, pgid)
-        except DatabaseError:
-            connection.close()  # shown on the page only; the result carries it too
-
     try:
         if "workflow" in step.config["run"]:
             # A run inside a run: open the child and hand the step to it, holding no worker.
             return report(partial(engine.children.start_child, step.run_id, step.key,
                                   lease_token=token, actor=f"worker {owner}"),
                           what=f"step {step.pk}")
-        outcome = _attempt(step.config["run"], context, step.run.shared_state, stop, spawned)
+        outcome = _attempt(step.config["run"], context, step.run.shared_state, stop,
+                           partial(_spawned, step.pk, token))
         checkpoint = _keeping(outcome, lambda: _report_outcome(step, token, owner, outcome,
                                                                chain), context["lease"])
     finally:
@@ -305,23 +407,28 @@ def _attempt(action: dict, context: dict, shared_state: dict, stop, on_spawn=Non
 def _keeping(outcome, record, lease: dict):
     """Record an outcome; its spool folder goes once it is recorded. If recording failed
     for good (the database away past the report window), the result is kept for whoever
-    finds it: a command's folder is handed over, a callable's outcome written to one."""
+    finds it."""
     try:
         recorded = record()
     except BaseException:
-        if outcome.spooled is not None:
-            spool.hand_over(outcome.spooled)
-        else:
-            try:
-                spool.keep(lease, {"ok": outcome.ok, "summary": outcome.summary,
-                                   "evidence": outcome.evidence,
-                                   "state_patch": outcome.state_patch,
-                                   "retryable": outcome.retryable})
-            except (OSError, TypeError, ValueError):
-                log.exception("Could not keep the unrecorded outcome of %s", lease)
+        _keep_unrecorded(outcome, lease)
         raise
     spool.discard(outcome.spooled)
     return recorded
+
+
+def _keep_unrecorded(outcome, lease: dict) -> None:
+    """Keep an outcome that could not be recorded: a command's folder is handed over, a
+    callable's outcome written to one."""
+    if outcome.spooled is not None:
+        spool.hand_over(outcome.spooled)
+        return
+    try:
+        spool.keep(lease, {"ok": outcome.ok, "summary": outcome.summary,
+                           "evidence": outcome.evidence, "state_patch": outcome.state_patch,
+                           "retryable": outcome.retryable})
+    except (OSError, TypeError, ValueError):
+        log.exception("Could not keep the unrecorded outcome of %s", lease)
 
 
 ORPHANS_EVERY = 5.0  # seconds between looks at the spool, per process

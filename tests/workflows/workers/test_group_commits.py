@@ -1,0 +1,160 @@
+"""Group commits: a worker records a batch of steps of different runs, and claims its next
+ones, in one transaction; each step keeps its own checkpoint, lease and fate."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from django.db import connection
+
+from workflows import engine
+from workflows.engine import batches
+from workflows.models import Checkpoint, Run, Step
+from workflows.specs.storage import store_spec
+from workflows.workers import worker
+
+NOOP = {"callable": "workflows.callables.noop"}
+
+
+@pytest.fixture(autouse=True)
+def test_callables(settings):
+    settings.TOLLGATE_CALLABLES = ["workflows.callables.*", "tests.callables.*"]
+
+
+def chain(name: str, length: int, run=NOOP) -> str:
+    store_spec({"name": name, "steps": [
+        {"key": f"s{i}", "run": run, **({"depends_on": [f"s{i - 1}"]} if i else {})}
+        for i in range(length)]})
+    return name
+
+
+@pytest.fixture
+def batch_sizes(monkeypatch):
+    """How many reports each group commit carried."""
+    sizes = []
+    real = batches.record_many
+
+    def spy(reports, **kwargs):
+        sizes.append(len(reports))
+        return real(reports, **kwargs)
+
+    monkeypatch.setattr(batches, "record_many", spy)
+    return sizes
+
+
+def assert_each_step_ran_once(runs):
+    for run in runs:
+        seqs = list(Checkpoint.objects.filter(run=run).order_by("seq")
+                    .values_list("seq", flat=True))
+        assert seqs == list(range(1, len(seqs) + 1))  # gapless: nothing lost or doubled
+        for step in Step.objects.filter(run=run):
+            kinds = list(Checkpoint.objects.filter(step=step).values_list("kind", flat=True))
+            assert sorted(kinds) == ["step_completed", "step_started"], (step.key, kinds)
+
+
+@pytest.mark.django_db
+def test_a_backlog_is_recorded_a_batch_at_a_time(settings, batch_sizes):
+    settings.TOLLGATE_GROUP_COMMIT_STEPS = 4
+    chain("line", 3)
+    runs = [engine.open_run("line").run for _ in range(6)]
+    assert worker.work() == 18
+    assert {run.status for run in Run.objects.filter(pk__in=[r.pk for r in runs])} == {
+        "completed"}
+    assert sum(batch_sizes) == 18 and max(batch_sizes) == 4
+    assert_each_step_ran_once(runs)
+
+
+@pytest.mark.django_db
+def test_a_lone_chain_goes_one_step_at_a_time(settings, batch_sizes):
+    settings.TOLLGATE_GROUP_COMMIT_STEPS = 8
+    chain("line", 4)
+    run = engine.open_run("line").run
+    assert worker.work() == 4
+    assert batch_sizes == [1, 1, 1, 1]
+    started = list(Checkpoint.objects.filter(run=run, kind="step_started").order_by("seq")
+                   .values_list("step__key", flat=True))
+    assert started == ["s0", "s1", "s2", "s3"]
+    assert_each_step_ran_once([run])
+
+
+@pytest.mark.django_db
+def test_a_refused_result_fails_only_its_own_step(settings):
+    settings.TOLLGATE_GROUP_COMMIT_STEPS = 8
+    chain("fine", 1)
+    chain("bad", 1, {"callable": "tests.callables.not_a_number"})
+    fine, bad = engine.open_run("fine").run, engine.open_run("bad").run
+    assert worker.work() == 2
+    fine.refresh_from_db()
+    bad.refresh_from_db()
+    assert fine.status == "completed"
+    assert bad.status == "failed"
+    assert bad.steps.get().last_summary.startswith("Result refused: state_patch.ratio")
+
+
+@pytest.mark.django_db
+def test_a_result_whose_lease_moved_on_in_the_batch_is_noted_stale(settings, monkeypatch):
+    settings.TOLLGATE_GROUP_COMMIT_STEPS = 8
+    chain("line", 1)
+    first, second = engine.open_run("line").run, engine.open_run("line").run
+    real = worker._attempt
+
+    def meanwhile(action, context, *args):
+        if context["run_id"] == first.pk:
+            # As the sweeper would once the second step's lease ran out.
+            step = Step.objects.get(run=second)
+            Step.objects.filter(pk=step.pk).update(lease_expires_at=step.started_at)
+            engine.expire_lease(step.pk, why="lease ran out")
+        return real(action, context, *args)
+
+    monkeypatch.setattr(worker, "_attempt", meanwhile)
+    worker.work()
+    kinds = list(Checkpoint.objects.filter(run=second).order_by("seq")
+                 .values_list("kind", flat=True))
+    # The attempt's result came after its lease was taken back: noted, not taken as the
+    # step's (the step failed with its lease, having no retries); its neighbour completed.
+    assert "stale_result" in kinds and "step_completed" not in kinds
+    assert Run.objects.get(pk=second.pk).status == "failed"
+    assert Run.objects.get(pk=first.pk).status == "completed"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_finished_step_is_recorded_while_a_slow_neighbour_runs(settings):
+    settings.TOLLGATE_GROUP_COMMIT_STEPS = 8
+    settings.TOLLGATE_GROUP_COMMIT_HOLD_SECONDS = 0.005
+    chain("quick", 1)
+    chain("slow", 1, {"callable": "tests.callables.wait_for_neighbour"})
+    engine.open_run("quick")
+    slow = engine.open_run("slow").run
+    assert worker.work() == 2
+    slow.refresh_from_db()
+    # The slow step waited for the quick one's result to be recorded: it was, by the
+    # group's watcher, while the slow step still ran in the same batch.
+    assert slow.shared_state == {"neighbour_recorded_first": True}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_workers_in_group_commits_run_each_step_once(settings):
+    """Several worker threads claiming and recording batches of the same runs at once."""
+    settings.TOLLGATE_GROUP_COMMIT_STEPS = 4
+    store_spec({"name": "wide", "steps": [
+        {"key": f"s{i}", "run": NOOP, **({"depends_on": ["s0"]} if i else {})}
+        for i in range(4)]})
+    runs = [engine.open_run("wide").run for _ in range(12)]
+    barrier = threading.Barrier(3)
+
+    def work(_):
+        try:
+            barrier.wait()
+            return worker.work()
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(3) as pool:
+        ran = sum(pool.map(work, range(3)))
+    while worker.work():  # anything a thread left when its time ran out
+        pass
+    assert ran <= 48
+    assert set(Run.objects.values_list("status", flat=True)) == {"completed"}
+    assert_each_step_ran_once(runs)
