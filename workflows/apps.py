@@ -35,10 +35,10 @@ class WorkflowsConfig(AppConfig):
         from django.db.models.signals import m2m_changed, post_delete, post_save
 
         from workflows import live
-        from workflows.engine import transition_committed
+        from workflows.engine import transition_recording
         from workflows.models import Preference
 
-        transition_committed.connect(live.on_transition, dispatch_uid="tollgate-live")
+        transition_recording.connect(live.on_transition, dispatch_uid="tollgate-live")
         m2m_changed.connect(live.on_groups_changed, sender=get_user_model().groups.through,
                             dispatch_uid="tollgate-live-groups")
         for signal in (post_save, post_delete):

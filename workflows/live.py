@@ -28,7 +28,7 @@ from django.contrib.auth import get_user_model
 from django.core import signing
 from django.db import transaction
 
-from workflows.models import CheckpointKind, GateRule
+from workflows.models import CheckpointKind, GateRule, Step
 from workflows.permissions import principals
 
 log = logging.getLogger(__name__)
@@ -202,17 +202,19 @@ def ring(keys) -> None:
 
 
 def on_transition(sender, announcement, **kwargs) -> None:
-    """After a transition commits: its run's page, and the inboxes of everyone its gates wait
-    on or waited on, are told."""
+    """As a transition is recorded: its run's page, and the inboxes of everyone its gates
+    wait on or waited on, are told once its transaction commits. The transitions of one
+    transaction (a worker's group commit, a completion and the claim chained on it) ring
+    together."""
     keys = [run_key(announcement.run_id)]
-    rules = None
     if announcement.run_status != announcement.previous_status:
         # An ended (or paused, or resumed) run takes its gates out of inboxes, or back.
-        rules = GateRule.objects.filter(step__run_id=announcement.run_id)
+        keys += _audience_keys(f"JOIN {Step._meta.db_table} AS step ON step.id = "
+                               "rule.step_id WHERE step.run_id = %s", [announcement.run_id])
     elif announcement.gates:
-        rules = GateRule.objects.filter(step_id__in=announcement.gates)
-    if rules is not None:
-        keys += _audience_keys(rules.values_list("group", "user_id").distinct())
+        keys += _audience_keys(f"WHERE rule.step_id IN "
+                               f"({', '.join(['%s'] * len(announcement.gates))})",
+                               announcement.gates)
     if announcement.gates:
         checkpoint = announcement.checkpoint
         if checkpoint.kind in (CheckpointKind.GATE_REASSIGNED, CheckpointKind.GATE_ESCALATED):
@@ -223,10 +225,39 @@ def on_transition(sender, announcement, **kwargs) -> None:
                 keys.append(group_key(before))
                 keys += [person_key(pk) for pk in get_user_model().objects.filter(
                     username=before).values_list("pk", flat=True)]
-    ring(keys)
+    _rings().extend(keys)
 
 
-def _audience_keys(rows) -> list[str]:
+class _Rings(list):
+    """The keys a transaction's transitions ring, once it commits."""
+
+    rung = False
+
+    def __call__(self) -> None:
+        self.rung = True
+        ring(self)
+
+
+def _rings() -> _Rings:
+    """This transaction's rings (registered to run on commit with the first of them, in
+    the same savepoint); a rolled-back transaction's go with its other commit hooks."""
+    connection = transaction.get_connection()
+    here = set(connection.savepoint_ids)
+    for sids, hook, _ in connection.run_on_commit:
+        if isinstance(hook, _Rings) and sids == here and not hook.rung:
+            return hook
+    rings = _Rings()
+    transaction.on_commit(rings)
+    return rings
+
+
+def _audience_keys(where: str, params: list) -> list[str]:
+    """The keys of the people and groups the gate rules `where` selects name."""
+    connection = transaction.get_connection()
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT DISTINCT rule.{connection.ops.quote_name('group')}, "
+                       f"rule.user_id FROM {GateRule._meta.db_table} AS rule {where}", params)
+        rows = cursor.fetchall()
     return [group_key(group) if group else person_key(user_id) for group, user_id in rows]
 
 

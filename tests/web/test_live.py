@@ -200,3 +200,26 @@ def test_a_page_redrawn_by_a_button_polls_from_its_own_address(client, people, w
     page = versions(body.content.decode())
     assert through_wsgi(monkeypatch, f"/runs/{waiting.pk}/",
                         {"seq": waiting.checkpoint_seq, **page})[0] == "204 No Content"
+
+
+@pytest.mark.django_db
+def test_the_transitions_of_one_transaction_ring_once_together(
+        monkeypatch, django_capture_on_commit_callbacks):
+    """A worker's group commit, or a completion and the claim chained on it, is one write
+    of the versions, once it commits."""
+    from workflows.engine import batches
+
+    spec = store_spec({"name": "one", "steps": [
+        {"key": "s", "run": {"callable": "workflows.callables.noop"}}]})[0]
+    first, second = engine.open_run(spec).run, engine.open_run(spec).run
+    rung = []
+    monkeypatch.setattr(live, "ring", lambda keys: rung.append(sorted(keys)))
+    keys = sorted([live.run_key(first.pk), live.run_key(second.pk)])
+    with django_capture_on_commit_callbacks(execute=True):
+        steps = batches.claim_many(engine.Chain("w", 30), 8)
+    assert len(steps) == 2 and rung == [keys]
+    reports = [batches.Report(s.run_id, s.key, s.lease_token, "worker w", ok=True)
+               for s in steps]
+    with django_capture_on_commit_callbacks(execute=True):
+        batches.record_many(reports)
+    assert rung == [keys, keys]

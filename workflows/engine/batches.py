@@ -16,17 +16,18 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
+from ..errors import NotFound
 from ..models import Checkpoint, Step
 from . import sql
-from .rows import RunState, load, next_claimable_runs
+from .rows import RunState, flush_all, load, next_claimable_runs
 from .steps import (
     Chain,
     chain_start,
-    claim_in,
     claim_next,
     complete_reported,
     fail_reported,
     startable,
+    take_first,
 )
 
 
@@ -91,8 +92,7 @@ def record_many(reports: list[Report], *, chain: Chain | None = None,
                     if step is not None:
                         claimed.append(chain_start(state, step, chained[run_id].announcement,
                                                    chain))
-        for state in states.values():
-            state.flush()
+        flush_all(list(states.values()))
         if chain is not None and len(claimed) < limit:
             claimed += _claim_others(chain, limit - len(claimed), besides=tuple(states))
     return checkpoints, claimed
@@ -109,9 +109,14 @@ def _record(state: RunState, report: Report) -> tuple[Checkpoint, bool]:
 def _claim_others(chain: Chain, limit: int, besides: tuple[int, ...]) -> list[Step]:
     """In the caller's transaction, claim up to `limit` steps from the runs served next that
     no other transaction holds (see claim_many)."""
-    claimed = []
+    states, claimed = [], []
     for run_id in next_claimable_runs(limit, besides=besides):
-        step = claim_in(run_id, chain)
-        if step is not None:
+        try:
+            state = load(run_id)
+        except NotFound:
+            continue
+        states.append(state)
+        if (step := take_first(state, chain)) is not None:
             claimed.append(step)
+    flush_all(states)
     return claimed

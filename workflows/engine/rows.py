@@ -174,6 +174,11 @@ class RunState:
 
     def flush(self) -> None:
         """Write the changed steps and run row and the new checkpoints."""
+        flush_all([self])
+
+    def writes(self) -> tuple[list[tuple[str, list]], list[Checkpoint]]:
+        """The statements that write what changed, and the new checkpoints (to insert);
+        the rows count as written from here on."""
         now = clock.now()
         groups: dict[tuple, list] = {}
         run = self.run
@@ -197,19 +202,30 @@ class RunState:
             statements.extend(_tally_change(self.run_loaded, run))
             statements.extend(_day_change(self.run_loaded, run))
             self.run_loaded.update(run_changes)
-        returning = None
-        if self.checkpoints:
-            returning = CHECKPOINT.insert(
-                CHECKPOINT_COLUMNS,
-                ([getattr(c, name) for name in CHECKPOINT_COLUMNS] for c in self.checkpoints),
-                returning=("id", "seq"))
-        if not statements and not returning:
-            return
-        ids = dict((seq, pk) for pk, seq in sql.write(statements, returning) or [])
-        for checkpoint in self.checkpoints:
-            checkpoint.id = ids[checkpoint.seq]
-            checkpoint._state.adding = False
-        self.checkpoints = []
+        checkpoints, self.checkpoints = self.checkpoints, []
+        return statements, checkpoints
+
+
+def flush_all(states: list[RunState]) -> None:
+    """Write what changed in each of the states (of distinct runs), in one round trip on
+    PostgreSQL."""
+    statements, checkpoints = [], []
+    for state in states:
+        writes, new = state.writes()
+        statements += writes
+        checkpoints += new
+    returning = None
+    if checkpoints:
+        returning = CHECKPOINT.insert(
+            CHECKPOINT_COLUMNS,
+            ([getattr(c, name) for name in CHECKPOINT_COLUMNS] for c in checkpoints),
+            returning=("id", "run_id", "seq"))
+    if not statements and not returning:
+        return
+    ids = {(run_id, seq): pk for pk, run_id, seq in sql.write(statements, returning) or []}
+    for checkpoint in checkpoints:
+        checkpoint.id = ids[checkpoint.run_id, checkpoint.seq]
+        checkpoint._state.adding = False
 
 
 def _finished_counts(status, steps_total: int, steps_done: int) -> tuple[int, int, int, int]:

@@ -255,20 +255,26 @@ def _claim_elsewhere(held: int, chain: Chain) -> Step | None:
 
 
 def claim_in(run_id: int, chain: Chain) -> Step | None:
-    """In the caller's transaction, start the run's first ready step for the worker; None
-    (and the run's claim time put right) when it has none a worker may start now."""
+    """In the caller's transaction, start the run's first ready step for the worker (see
+    take_first)."""
     try:
         state = load(run_id)
     except NotFound:
         return None
+    step = take_first(state, chain)
+    state.flush()
+    return step
+
+
+def take_first(state: RunState, chain: Chain) -> Step | None:
+    """Start the run's first ready step for the worker; None (and the run's claim time put
+    right) when it has none a worker may start now."""
     step = startable(state)
     if step is None:
         _reschedule(state)  # its claim time was stale
-    else:
-        _start(state, step, f"worker {chain.owner}", chain.owner, chain.lease_seconds,
-               chain.holder)
-    state.flush()
-    return step
+        return None
+    return _start(state, step, f"worker {chain.owner}", chain.owner, chain.lease_seconds,
+                  chain.holder)
 
 
 def fail_step(run, key: str, *, actor=None, summary: str = "", evidence=None,
