@@ -38,9 +38,11 @@ class Bench:
         return {"smoke": smoke, "quick": quick, "full": full}[self.size]
 
     # consumers ----------------------------------------------------------------------------
-    def start_consumers(self, count: int, workers: int, warm: bool = True) -> None:
+    def start_consumers(self, count: int, workers: int, warm: bool = True,
+                        env: dict | None = None) -> None:
         for _ in range(count):
-            self.consumers.append(start_consumer({**os.environ, **self.env}, workers=workers))
+            self.consumers.append(start_consumer({**os.environ, **self.env, **(env or {})},
+                                                 workers=workers))
         if warm:
             from workflows.tasks import ping
 

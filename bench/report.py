@@ -56,9 +56,10 @@ def table(results: list[dict]) -> str:
     row("approve -> next step started: p95 ms",
         lambda r: f"{r['approval_round_trip_ms']['p95']:.1f} "
                   f"({verdict(r['approval_round_trip_ms']['p95'], 60)})", "<= 60")
-    for index in range(4):
-        row(f"scale-out #{index + 1}: consumers x threads",
-            lambda r, i=index: "{consumers} x {threads}".format(**r["scaleout"]["rows"][i]))
+    for index in range(5):
+        row(f"scale-out #{index + 1}: consumers x threads, group",
+            lambda r, i=index: "{consumers} x {threads}, {group_commit_steps}".format(
+                **r["scaleout"]["rows"][i]))
         row("  steps/s, raw ceiling tps",
             lambda r, i=index: "{:.0f}, {:.0f}".format(
                 r["scaleout"]["rows"][i]["steps_per_s"],

@@ -12,7 +12,8 @@ from bench.plumbing import PG_URL, chain_spec, timezone_now
 
 def measure(bench) -> None:
     """Many short runs on 1, 2 and 4 consumers: steps per second beside the same number
-    of raw clients' write ceiling and DBOS's queue, with where the CPU went."""
+    of raw clients' write ceiling and DBOS's queue, with where the CPU went; with group
+    commits of up to 8 steps (the default), and at 2 x 2 one step per transaction."""
     if bench.backend != "postgres":
         bench.results["scaleout"] = {"skipped": "PostgreSQL only: SQLite takes one writer "
                                                "at a time"}
@@ -24,8 +25,9 @@ def measure(bench) -> None:
     from workflows.models import Run, Step
 
     runs_n, length = bench.pick((30, 5), (150, 5), (300, 5))
-    topologies = bench.pick([(1, 2), (2, 2)], [(1, 2), (2, 2), (4, 2)],
-                           [(1, 2), (1, 4), (2, 2), (4, 2)])
+    topologies = bench.pick([(1, 2, 8), (2, 2, 8), (2, 2, 1)],
+                            [(1, 2, 8), (2, 2, 8), (4, 2, 8), (2, 2, 1)],
+                            [(1, 2, 8), (1, 4, 8), (2, 2, 8), (4, 2, 8), (2, 2, 1)])
     spec = chain_spec("bench-scale", length)
     url = PG_URL.replace("postgres://", "postgresql://")
     database = connection.settings_dict["NAME"]
@@ -38,8 +40,9 @@ def measure(bench) -> None:
             return cursor.fetchone()[0]
 
     rows = []
-    for consumers, threads in topologies:
-        bench.start_consumers(consumers, threads)
+    for consumers, threads, group in topologies:
+        bench.start_consumers(consumers, threads,
+                              env={"TOLLGATE_GROUP_COMMIT_STEPS": str(group)})
         time.sleep(2)  # every consumer up and idle
         cpu = (scale.cpu_seconds(p.pid for p in bench.consumers),
                scale.cpu_seconds(scale.postgres_pids()))
@@ -64,7 +67,8 @@ def measure(bench) -> None:
         ceiling = scale.ceiling(url, consumers * threads)
         rate = steps / seconds
         rows.append({
-            "consumers": consumers, "threads": threads, "steps": steps,
+            "consumers": consumers, "threads": threads, "group_commit_steps": group,
+            "steps": steps,
             "steps_per_s": rate, "steady_steps_per_s": scale.steady_rate(finished),
             "raw_ceiling_tps": ceiling, "fraction_of_ceiling": rate / ceiling,
             "consumer_cpu_ms_per_step": used[0] / steps * 1e3,
