@@ -250,8 +250,16 @@ def _work_in_groups(owner: str, deadline: float) -> int:
                 for step in batch:  # every lease is kept from its claim, while it waits too
                     step.stop = KEEPER.hold("step", step.pk, step.lease_token,
                                             settings.TOLLGATE_LEASE_SECONDS, since=since)
-                for step in batch:
-                    _run_in_group(step, owner, group)
+                try:
+                    for step in batch:
+                        _run_in_group(step, owner, group)
+                except BaseException:
+                    try:
+                        _record_group(group.take())  # what finished is still recorded
+                    finally:
+                        for step in batch:  # the rest are left to their leases
+                            KEEPER.release("step", step.pk)
+                    raise
                 ran += len(batch)
                 since = time.monotonic()
                 batch = _record_group(group.take(), chain if since < deadline else None, size)

@@ -7,7 +7,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from workflows import engine
 from workflows.engine import batches
@@ -158,3 +158,25 @@ def test_workers_in_group_commits_run_each_step_once(settings):
     assert ran <= 48
     assert set(Run.objects.values_list("status", flat=True)) == {"completed"}
     assert_each_step_ran_once(runs)
+
+
+@pytest.mark.django_db
+def test_a_batch_cut_short_records_what_finished_and_lets_go_of_the_rest(settings,
+                                                                        monkeypatch):
+    settings.TOLLGATE_GROUP_COMMIT_STEPS = 8
+    chain("line", 1)
+    first, second = engine.open_run("line").run, engine.open_run("line").run
+    real = worker.origin
+
+    def away(run):
+        if run.pk == second.pk:
+            raise DatabaseError("the database went away")
+        return real(run)
+
+    monkeypatch.setattr(worker, "origin", away)
+    with pytest.raises(DatabaseError):
+        worker.work()
+    assert Run.objects.get(pk=first.pk).status == "completed"
+    step = Step.objects.get(run=second)
+    assert step.status == "running"  # its lease runs out; the sweeper takes it back
+    assert not worker.KEEPER.leases  # no lease of this batch is kept alive
