@@ -16,10 +16,9 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from ..errors import NotFound
 from ..models import Checkpoint, Step
 from . import sql
-from .rows import RunState, flush_all, load, next_claimable_runs
+from .rows import RunState, flush_all, load, next_claimable_runs, read_locked
 from .steps import (
     Chain,
     chain_start,
@@ -109,14 +108,7 @@ def _record(state: RunState, report: Report) -> tuple[Checkpoint, bool]:
 def _claim_others(chain: Chain, limit: int, besides: tuple[int, ...]) -> list[Step]:
     """In the caller's transaction, claim up to `limit` steps from the runs served next that
     no other transaction holds (see claim_many)."""
-    states, claimed = [], []
-    for run_id in next_claimable_runs(limit, besides=besides):
-        try:
-            state = load(run_id)
-        except NotFound:
-            continue
-        states.append(state)
-        if (step := take_first(state, chain)) is not None:
-            claimed.append(step)
+    states = read_locked(next_claimable_runs(limit, besides=besides))
+    claimed = [step for state in states if (step := take_first(state, chain)) is not None]
     flush_all(states)
     return claimed
