@@ -289,7 +289,7 @@ def _run_in_group(step: Step, owner: str, group: groups.Group) -> None:
 def _record_group(finished: list[Finished], chain=None, limit: int = 0) -> list[Step]:
     """Record a batch's outcomes in one transaction (and, with `chain`, claim up to `limit`
     next steps in it); the steps claimed. If the engine refuses one of them (a state patch
-    it cannot store), each is recorded on its own, saying why; if the database stays away
+    it cannot store, a run gone), each is recorded on its own; if the database stays away
     past the report window, every outcome is kept in the spool for whoever finds it."""
     reports = [engine.batches.Report(
         f.step.run_id, f.step.key, f.step.lease_token, f"worker {f.owner}", f.outcome.ok,
@@ -304,8 +304,11 @@ def _record_group(finished: list[Finished], chain=None, limit: int = 0) -> list[
                                         limit=limit), what=f"{len(reports)} step(s)")
         except engine.WorkflowError:
             for f in finished:
-                _record_step(f.step, f.step.lease_token, f"worker {f.owner}", f.outcome,
-                             call=lambda fn, what: report(fn, what=what))
+                try:
+                    _record_step(f.step, f.step.lease_token, f"worker {f.owner}", f.outcome,
+                                 call=lambda fn, what: report(fn, what=what))
+                except engine.WorkflowError:  # as when it is recorded alone; the others go on
+                    log.exception("Could not record the outcome of step %s", f.step.pk)
     except BaseException:
         for f in finished:
             _keep_unrecorded(f.outcome, f.lease)

@@ -180,3 +180,23 @@ def test_a_batch_cut_short_records_what_finished_and_lets_go_of_the_rest(setting
     step = Step.objects.get(run=second)
     assert step.status == "running"  # its lease runs out; the sweeper takes it back
     assert not worker.KEEPER.leases  # no lease of this batch is kept alive
+
+
+@pytest.mark.django_db
+def test_a_run_cancelled_in_the_middle_of_a_batch_does_not_cost_the_others(
+        settings, monkeypatch, people):
+    settings.TOLLGATE_GROUP_COMMIT_STEPS = 8
+    chain("line", 1)
+    cancelled, kept = engine.open_run("line").run, engine.open_run("line").run
+    real = worker._attempt
+
+    def meanwhile(action, context, *args):
+        if context["run_id"] == kept.pk:
+            engine.cancel_run(cancelled, actor=people["alice"], reason="not needed")
+        return real(action, context, *args)
+
+    monkeypatch.setattr(worker, "_attempt", meanwhile)
+    assert worker.work() == 2
+    assert Run.objects.get(pk=cancelled.pk).status == "cancelled"
+    assert Run.objects.get(pk=kept.pk).status == "completed"
+    assert not worker.KEEPER.leases
