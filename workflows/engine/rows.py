@@ -500,15 +500,15 @@ def next_claimable_runs(limit: int, *, besides=(), wait: bool = False) -> list[i
     if besides:
         text += f" AND id NOT IN ({', '.join(['%s'] * len(besides))})"
         params.extend(besides)
-    text += f" ORDER BY priority_rank DESC, served_at, id LIMIT {int(limit)}"
+    text += " ORDER BY priority_rank DESC, served_at, id LIMIT {}"
     with sql.cursor() as cursor:
         if sql.is_postgres():
-            cursor.execute(text + " FOR UPDATE SKIP LOCKED", params)
+            cursor.execute(text.format(int(limit)) + " FOR UPDATE SKIP LOCKED", params)
             found = [row[0] for row in cursor.fetchall()]
             if found or not wait:
                 return found
-            text = text.replace(f"LIMIT {int(limit)}", "LIMIT 1")  # load waits for it
-        cursor.execute(text, params)
+            limit = 1  # the caller's load waits for it
+        cursor.execute(text.format(int(limit)), params)
         return [row[0] for row in cursor.fetchall()]
 
 

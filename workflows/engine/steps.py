@@ -62,17 +62,10 @@ def claim_next(*, owner: str, lease_seconds: float, holder=None) -> Step | None:
             run_id = next_claimable_run()
             if run_id is None:
                 return None
-            try:
-                state = load(run_id)
-            except NotFound:
-                continue
-            step = startable(state)
+            # None: another worker took the last of it (its claim time is put right).
+            step = claim_in(run_id, Chain(owner, lease_seconds, holder))
             if step is not None:
-                _start(state, step, f"worker {owner}", owner, lease_seconds, holder)
-                state.flush()
                 return step
-            _reschedule(state)  # another worker took the last of it: its claim time was stale
-            state.flush()
     return None
 
 

@@ -228,7 +228,6 @@ class Finished:
     step: Step
     owner: str
     outcome: Outcome
-    lease: dict
 
 
 def _work_in_groups(owner: str, deadline: float) -> int:
@@ -275,15 +274,13 @@ def _run_in_group(step: Step, owner: str, group: groups.Group) -> None:
         context = _context(step)
         if "workflow" in step.config["run"]:
             try:
-                report(partial(engine.children.start_child, step.run_id, step.key,
-                               lease_token=step.lease_token, actor=f"worker {owner}"),
-                       what=f"step {step.pk}")
+                _start_child(step, owner)
             finally:
                 KEEPER.release("step", step.pk)
             return
         outcome = _attempt(step.config["run"], context, step.run.shared_state, step.stop,
                            partial(_spawned, step.pk, step.lease_token))
-        group.add(Finished(step, owner, outcome, context["lease"]))
+        group.add(Finished(step, owner, outcome))
 
 
 def _record_group(finished: list[Finished], chain=None, limit: int = 0) -> list[Step]:
@@ -311,7 +308,7 @@ def _record_group(finished: list[Finished], chain=None, limit: int = 0) -> list[
                     log.exception("Could not record the outcome of step %s", f.step.pk)
     except BaseException:
         for f in finished:
-            _keep_unrecorded(f.outcome, f.lease)
+            _keep_unrecorded(f.outcome, _lease(f.step))
         raise
     finally:
         for f in finished:
@@ -374,7 +371,19 @@ def _execute_one(step: Step, owner: str, chain: bool = True):
 def _context(step: Step) -> dict:
     return {"run_id": step.run_id, "step_key": step.key, "attempt": step.attempt,
             "params": step.run.params, **origin(step.run),
-            "lease": {"kind": "step", "id": step.pk, "token": step.lease_token}}
+            "lease": _lease(step)}
+
+
+def _lease(step: Step) -> dict:
+    """A step's attempt as its command and its spool folder name it."""
+    return {"kind": "step", "id": step.pk, "token": step.lease_token}
+
+
+def _start_child(step: Step, owner: str):
+    """A run inside a run: open the child and hand the step to it, holding no worker."""
+    return report(partial(engine.children.start_child, step.run_id, step.key,
+                          lease_token=step.lease_token, actor=f"worker {owner}"),
+                  what=f"step {step.pk}")
 
 
 def _spawned(step_id: int, token: str, pid: int, pgid: int) -> None:
@@ -391,10 +400,7 @@ def _execute_attempt(step: Step, owner: str, chain: bool):
                        since=getattr(step, "claimed_since", None))
     try:
         if "workflow" in step.config["run"]:
-            # A run inside a run: open the child and hand the step to it, holding no worker.
-            return report(partial(engine.children.start_child, step.run_id, step.key,
-                                  lease_token=token, actor=f"worker {owner}"),
-                          what=f"step {step.pk}")
+            return _start_child(step, owner)
         outcome = _attempt(step.config["run"], context, step.run.shared_state, stop,
                            partial(_spawned, step.pk, token))
         checkpoint = _keeping(outcome, lambda: _report_outcome(step, token, owner, outcome,

@@ -44,6 +44,18 @@ def batch_sizes(monkeypatch):
     return sizes
 
 
+def before_attempting(monkeypatch, run, act):
+    """Do `act()` in the worker, just before it runs the batch's step of `run`."""
+    real = worker._attempt
+
+    def meanwhile(action, context, *args):
+        if context["run_id"] == run.pk:
+            act()
+        return real(action, context, *args)
+
+    monkeypatch.setattr(worker, "_attempt", meanwhile)
+
+
 def assert_each_step_ran_once(runs):
     for run in runs:
         seqs = list(Checkpoint.objects.filter(run=run).order_by("seq")
@@ -98,17 +110,13 @@ def test_a_result_whose_lease_moved_on_in_the_batch_is_noted_stale(settings, mon
     settings.TOLLGATE_GROUP_COMMIT_STEPS = 8
     chain("line", 1)
     first, second = engine.open_run("line").run, engine.open_run("line").run
-    real = worker._attempt
 
-    def meanwhile(action, context, *args):
-        if context["run_id"] == first.pk:
-            # As the sweeper would once the second step's lease ran out.
-            step = Step.objects.get(run=second)
-            Step.objects.filter(pk=step.pk).update(lease_expires_at=step.started_at)
-            engine.expire_lease(step.pk, why="lease ran out")
-        return real(action, context, *args)
+    def expire_second():  # as the sweeper would once the second step's lease ran out
+        step = Step.objects.get(run=second)
+        Step.objects.filter(pk=step.pk).update(lease_expires_at=step.started_at)
+        engine.expire_lease(step.pk, why="lease ran out")
 
-    monkeypatch.setattr(worker, "_attempt", meanwhile)
+    before_attempting(monkeypatch, first, expire_second)
     worker.work()
     kinds = list(Checkpoint.objects.filter(run=second).order_by("seq")
                  .values_list("kind", flat=True))
@@ -188,14 +196,8 @@ def test_a_run_cancelled_in_the_middle_of_a_batch_does_not_cost_the_others(
     settings.TOLLGATE_GROUP_COMMIT_STEPS = 8
     chain("line", 1)
     cancelled, kept = engine.open_run("line").run, engine.open_run("line").run
-    real = worker._attempt
-
-    def meanwhile(action, context, *args):
-        if context["run_id"] == kept.pk:
-            engine.cancel_run(cancelled, actor=people["alice"], reason="not needed")
-        return real(action, context, *args)
-
-    monkeypatch.setattr(worker, "_attempt", meanwhile)
+    before_attempting(monkeypatch, kept, lambda: engine.cancel_run(
+        cancelled, actor=people["alice"], reason="not needed"))
     assert worker.work() == 2
     assert Run.objects.get(pk=cancelled.pk).status == "cancelled"
     assert Run.objects.get(pk=kept.pk).status == "completed"
