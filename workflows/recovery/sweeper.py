@@ -43,8 +43,9 @@ class SweepReport:
     recorded: int = 0
 
 
-HOLDER_FIELDS = ("pk", "run_id", "lease_expires_at", "holder_host", "holder_boot_id",
-                 "holder_pidns", "holder_pid", "holder_started", "overdue_noted_at")
+HOLDER_FIELDS = ("pk", "run_id", "lease_token", "lease_expires_at", "holder_host",
+                 "holder_boot_id", "holder_pidns", "holder_pid", "holder_started",
+                 "overdue_noted_at")
 
 
 def expired_leases(now, limit: int) -> list[dict]:
@@ -78,7 +79,9 @@ def sweep(now=None, limit: int = 1000) -> SweepReport:
     for row in expired_leases(now, limit):
         try:
             gone, state = holder_gone(row, now)
-            if gone:
+            if gone and worker.record_finished("step", row["pk"], row["lease_token"]):
+                report.recorded += 1
+            elif gone:
                 gone_by_run.setdefault(row["run_id"], []).append(row["pk"])
             elif state == processes.ALIVE and row["overdue_noted_at"] is None:
                 report.overdue += bool(engine.note_lease_overdue(row["pk"]))
@@ -136,11 +139,15 @@ def recover_compensations(now, limit: int) -> int:
     count = 0
     expired = (Compensation.objects.filter(status=CompensationStatus.RUNNING,
                                            lease_expires_at__lt=now)
-               .values("pk", "run_id", "lease_expires_at", "holder_host", "holder_boot_id",
-                       "holder_pidns", "holder_pid", "holder_started")[:limit])
+               .values("pk", "run_id", "lease_token", "lease_expires_at", "holder_host",
+                       "holder_boot_id", "holder_pidns", "holder_pid", "holder_started")[:limit])
     for row in expired:
         try:
-            if holder_gone(row, now)[0] and engine.release_compensation(row["pk"]):
+            if not holder_gone(row, now)[0]:
+                continue
+            if worker.record_finished("compensation", row["pk"], row["lease_token"]):
+                count += 1  # it finished: recorded from the spool, not run again
+            elif engine.release_compensation(row["pk"]):
                 count += 1
         except Exception as exc:
             note_failure(row["run_id"], None, "recover a compensation", exc)

@@ -14,8 +14,10 @@ DIR/child.json with the command's pid and process group. Then:
   runs, whether the worker is dead, frozen or alive on another machine;
 - SIGTERM from the worker (cancelled, timed out, lease lost or fenced): the tree gets SIGTERM,
   then SIGKILL after GRACE seconds;
-- the command exits: whatever it left behind (its process group, and grandchildren that left
-  it, which reparent to the supervisor) gets SIGTERM, then SIGKILL after GRACE seconds.
+- the command exits (heard at once, through a pidfd) before any of the above stopped it: it
+  finished, and its result says so; whatever it left behind (its process group, and
+  grandchildren that left it, which reparent to the supervisor) gets SIGTERM, then SIGKILL
+  after GRACE seconds.
 
 It writes DIR/result.json (exit code, or the signal that ended the command, and why it was
 stopped) and exits. It uses the standard library only, so `python -I` starts it quickly.
@@ -180,22 +182,22 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self.on_term)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the worker, not us
         self.start()
+        watched = [self.lifeline, *self.exit_signal()]
         while self.status is None:
-            readable, _, _ = select.select([self.lifeline], [], [], 0.05)
-            owner_gone = readable and not self.hear()
-            fenced = self.fence_at is not None and time.monotonic() >= self.fence_at
-            if owner_gone and not fenced:
-                # A command that has just exited finished: no stop to record, and its
-                # result, kept in the spool, is recorded by whoever finds it. (Past the
-                # fence the lease is gone: the attempt is fenced whatever it did.)
-                self.reap()
-                if self.status is not None:
-                    break
+            readable, _, _ = select.select(watched, [], [], 0.05)
+            owner_gone = self.lifeline in readable and not self.hear()
+            # A command that exited before anything stopped it finished, fence or not: its
+            # result stands, and its lease token decides whether it is recorded. Reaped
+            # before the fence is judged, so an exit just before the fence time is never
+            # taken for a fenced attempt (and run again).
+            self.reap()
+            if self.status is not None:
+                break
             if owner_gone:
                 self.stopped = "owner_gone"
                 self.stop_tree(OWNER_GONE_GRACE)
                 break
-            if fenced:
+            if self.fence_at is not None and time.monotonic() >= self.fence_at:
                 self.stopped = "fenced"
                 self.stop_tree(self.fence_grace)
                 break
@@ -203,7 +205,6 @@ class Supervisor:
                 self.stopped = "stopped"
                 self.stop_tree(self.grace)
                 break
-            self.reap()
         # The command is done; nothing it started may outlive it.
         if self.descendants() or self.group_alive():
             self.stop_tree(self.grace)
@@ -213,6 +214,14 @@ class Supervisor:
             "exit_code": code if code >= 0 else None,
             "signal": -code if code < 0 else None,
             "stopped": self.stopped, "pid": self.proc.pid, "pgid": self.pgid})
+
+    def exit_signal(self) -> list[int]:
+        """A descriptor that becomes readable when the command exits (a pidfd), so its end
+        is heard at once rather than at the next look; none where the kernel has no pidfds."""
+        try:
+            return [os.pidfd_open(self.proc.pid)]
+        except (AttributeError, OSError):
+            return []
 
     def hear(self) -> bool:
         """Read what the worker wrote: each line a new fence time. False at end-of-file."""

@@ -470,7 +470,19 @@ def record_orphans(force: bool = False) -> int:
     return recorded
 
 
-def _record_orphan(kind: str, pk: int, token: str, folder) -> int:
+def record_finished(kind: str, pk: int, token: str) -> bool:
+    """Record a lease's finished result from this machine's spool, if its command finished,
+    even though its holder still holds the folder: the sweeper's move before it reclaims a
+    lease whose holder it cannot check (frozen or cut off in another container on a shared
+    spool volume), so that a finished command is not run again. The holder, if it comes
+    back, finds its report recorded already."""
+    folder = spool.root() / f"{kind}-{pk}-{token}"
+    if not token or not spool.finished(folder):
+        return False
+    return bool(_record_orphan(kind, pk, token, folder, "its worker could not be reached"))
+
+
+def _record_orphan(kind: str, pk: int, token: str, folder, why: str = "after it stopped") -> int:
     model = Step if kind == "step" else Compensation
     row = model.objects.select_related("run").filter(pk=pk).first()
     if row is None:
@@ -491,8 +503,8 @@ def _record_orphan(kind: str, pk: int, token: str, folder) -> int:
     kept = spool.kept_outcome(folder)
     outcome = Outcome(**kept) if kept is not None else outcome_of(folder, secrets)
     if kind == "step":
-        _record_step(row, token, f"worker {row.lease_owner} (recorded from its spool after "
-                                 "it stopped)", outcome)
+        _record_step(row, token, f"worker {row.lease_owner} (recorded from its spool {why})",
+                     outcome)
     elif not outcome.ok and outcome.evidence.get("terminated") in ("owner_gone", "fenced"):
         compensations.release(pk, token)  # cut short with its worker: it runs again
     else:

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from tests.conftest import make_user
 from tests.support.attempts import logged_shell, overlaps, ran_to_the_end, read
 from tests.support.processes import libfaketime
 from tests.workflows.consumers import freeze, wait_for
-from workflows import engine, processes
+from workflows import clock, engine, processes
 from workflows.models import Checkpoint, Compensation, Run, Step
 from workflows.recovery import sweeper
 from workflows.recovery.recover import recover_run
@@ -143,19 +144,24 @@ def test_a_live_worker_in_another_container_is_never_judged_gone(consumers, tmp_
 @needs_root
 def test_a_frozen_worker_elsewhere_is_reclaimed_after_its_lease_without_overlap(consumers,
                                                                                 tmp_path):
-    """Frozen in another container (as on another machine): it cannot be checked, so it is
-    reclaimed after its lease and the kill grace; its supervisor had stopped the command
-    before the lease ended, so the next attempt overlaps nothing."""
+    """Frozen in another container (as on another machine): it cannot be checked, so its
+    lease is reclaimed after the lease and the kill grace. Its supervisor had stopped the
+    command before the lease ended, so the next attempt overlaps nothing; on the shared
+    spool volume the sweeper reads why the attempt ended (fenced) and retries it."""
     log = tmp_path / "attempts.log"
     frozen = consumers(workers=1, container="box-b", TOLLGATE_LEASE_SECONDS="3")
     run = engine.open_run(one_step("elsewhere", logged_shell(log, 6), max_retries=1)).run
     step = running_step(run)
     freeze(frozen.pid)
     try:
+        wait_for(lambda: list(spool.root().glob(f"step-{step.pk}-*/result.json")), 30, 0.05,
+                 what="its supervisor to fence the command")
         consumers(workers=1, TOLLGATE_LEASE_SECONDS="3")
         assert wait_for(lambda: finished(run), 40, what="the run to finish") == "completed"
         retried = Checkpoint.objects.get(run=run, kind="step_retrying")
-        assert "could not be checked" in retried.summary and "box-b" in retried.summary
+        assert "worker fenced" in retried.summary
+        assert retried.actor_name.startswith("worker box-b:")
+        assert "its worker could not be reached" in retried.actor_name
         assert Step.objects.get(pk=step.pk).attempt == 2
         assert overlaps(log) == [] and list(ran_to_the_end(log).values()) == [1]
     finally:
@@ -370,6 +376,65 @@ def test_a_finished_compensation_whose_worker_died_is_recorded_not_run_again(tmp
     row.refresh_from_db()
     assert row.status == "done" and list(ran_to_the_end(log).values()) == [1]
     assert compensations.claim(run.pk, owner="w", lease_seconds=30) is None  # nothing to redo
+
+
+def frozen_in_another_container(model, pk: int) -> None:
+    """Its holder, as the sweeper sees it: in another pid namespace (it cannot be looked
+    up) and silent past its lease and the kill grace, still holding its spool folder."""
+    model.objects.filter(pk=pk).update(holder_pidns="pid:[1]",
+                                       lease_expires_at=clock.now() - timedelta(minutes=5))
+
+
+@pytest.mark.parametrize("kind", ["step", "compensation"])
+def test_a_finished_result_whose_holder_cannot_be_checked_is_recorded_not_run_again(
+        tmp_path, settings, kind):
+    """A consumer in another container on the same spool volume froze after its command
+    finished, past its lease and the kill grace: the sweeper records the finished result
+    from the spool instead of reclaiming the lease and running the command again; the
+    holder's own report, when it comes back, records nothing twice."""
+    import threading
+
+    from workflows.engine import compensations
+    from workflows.workers import executors, worker
+
+    settings.TOLLGATE_SPOOL_DIR = str(tmp_path / "spool")
+    settings.TOLLGATE_DISPATCH = False
+    log = tmp_path / "ran.log"
+    spec = (store_spec({"name": "frozen", "steps": [
+        {"key": "deploy", "run": {"shell": logged_shell(log, 0.1)}}]})[0] if kind == "step"
+        else compensating_spec("frozen-undo", log, undo_seconds=0.1))
+    run = engine.open_run(spec).run
+    if kind == "step":
+        row = engine.claim_next(owner="w", lease_seconds=30, holder=processes.this_process())
+        action, lease_kind, model = row.config["run"], "step", Step
+    else:
+        for _ in ("deploy", "verify"):
+            step = engine.claim_next(owner="w", lease_seconds=30,
+                                     holder=processes.this_process())
+            worker._execute_one(step, "w", chain=False)
+        row = compensations.claim(run.pk, owner="w", lease_seconds=30,
+                                  holder=processes.this_process())
+        action, lease_kind, model = row.step.compensation, "compensation", Compensation
+    context = {"run_id": run.pk, "step_key": "deploy", "attempt": 1, "params": {},
+               "lease": {"kind": lease_kind, "id": row.pk, "token": row.lease_token}}
+    outcome = executors.execute(action, context=context, shared_state={},
+                                stop=threading.Event())
+    assert outcome.ok and spool.orphans() == []  # its holder still holds the folder
+    frozen_in_another_container(model, row.pk)
+    sweeper.sweep()
+    if kind == "step":
+        done = Step.objects.get(pk=row.pk)
+        assert done.status == "completed" and done.attempt == 1
+        assert list(ran_to_the_end(log).values()) == [1]
+        # The holder comes back and reports: recorded already, nothing twice.
+        engine.complete_step(run.pk, "deploy", lease_token=row.lease_token, actor="worker w")
+        assert Checkpoint.objects.filter(run=run, kind="step_completed").count() == 1
+    else:
+        row.refresh_from_db()
+        assert row.status == "done" and list(ran_to_the_end(log).values()) == [1]
+        assert compensations.claim(run.pk, owner="w", lease_seconds=30) is None
+        assert compensations.finish(row.pk, row.lease_token, ok=True) is None
+    assert not outcome.spooled.exists()
 
 
 on_postgresql = pytest.mark.skipif(
