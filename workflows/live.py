@@ -201,23 +201,20 @@ def ring(keys) -> None:
         log.warning("Could not ring %d page versions", len(keys), exc_info=True)
 
 
-def on_transition(sender, announcement, **kwargs) -> None:
-    """As a transition is recorded: its run's page, and the inboxes of everyone its gates
-    wait on or waited on, are told once its transaction commits. The transitions of one
-    transaction (a worker's group commit, a completion and the claim chained on it) ring
-    together."""
-    keys = [run_key(announcement.run_id)]
-    if announcement.run_status != announcement.previous_status:
-        # An ended (or paused, or resumed) run takes its gates out of inboxes, or back.
-        keys += _audience_keys(f"JOIN {Step._meta.db_table} AS step ON step.id = "
-                               "rule.step_id WHERE step.run_id = %s", [announcement.run_id])
-    elif announcement.gates:
-        keys += _audience_keys(f"WHERE rule.step_id IN "
-                               f"({', '.join(['%s'] * len(announcement.gates))})",
-                               announcement.gates)
-    if announcement.gates:
+def on_transition(sender, announcements, **kwargs) -> None:
+    """As transitions are recorded: their runs' pages, and the inboxes of everyone their
+    gates wait on or waited on, are told once their transaction commits. The transitions
+    of one transaction (a worker's group commit, a sweeper's batch, a completion and the
+    claim chained on it) ring together, their audience read in one query."""
+    keys = [run_key(a.run_id) for a in announcements]
+    # An ended (or paused, or resumed) run takes its gates out of inboxes, or back.
+    runs = [a.run_id for a in announcements if a.run_status != a.previous_status]
+    gates = [pk for a in announcements if a.run_status == a.previous_status for pk in a.gates]
+    keys += _audience_keys(runs, gates)
+    for announcement in announcements:
         checkpoint = announcement.checkpoint
-        if checkpoint.kind in (CheckpointKind.GATE_REASSIGNED, CheckpointKind.GATE_ESCALATED):
+        if announcement.gates and checkpoint.kind in (CheckpointKind.GATE_REASSIGNED,
+                                                      CheckpointKind.GATE_ESCALATED):
             # The rule now names someone else: whom it named before is in the evidence, a
             # group's name or a person's username.
             before = checkpoint.evidence.get("from") or checkpoint.evidence.get("from_group")
@@ -251,12 +248,23 @@ def _rings() -> _Rings:
     return rings
 
 
-def _audience_keys(where: str, params: list) -> list[str]:
-    """The keys of the people and groups the gate rules `where` selects name."""
+def _audience_keys(runs: list[int], gates: list[int]) -> list[str]:
+    """The keys of the people and groups named by the gate rules of these runs' gates and
+    of these gates."""
+    if not (runs or gates):
+        return []
     connection = transaction.get_connection()
+    where = []
+    if runs:
+        where.append(f"step.run_id IN ({', '.join(['%s'] * len(runs))})")
+    if gates:
+        where.append(f"rule.step_id IN ({', '.join(['%s'] * len(gates))})")
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT DISTINCT rule.{connection.ops.quote_name('group')}, "
-                       f"rule.user_id FROM {GateRule._meta.db_table} AS rule {where}", params)
+                       f"rule.user_id FROM {GateRule._meta.db_table} AS rule"
+                       + (f" JOIN {Step._meta.db_table} AS step ON step.id = rule.step_id"
+                          if runs else "")
+                       + f" WHERE {' OR '.join(where)}", [*runs, *gates])
         rows = cursor.fetchall()
     return [group_key(group) if group else person_key(user_id) for group, user_id in rows]
 

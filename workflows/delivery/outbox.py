@@ -78,9 +78,22 @@ def chat_events(announcement: Announcement) -> list[tuple[str, str]]:
     return events
 
 
-def record(sender, announcement: Announcement, **kwargs) -> None:
-    """Write the transition's duties, in its transaction: mail, webhooks, and the runs it
-    links to (a parent told its child ended, children cancelled with their parent)."""
+def record(sender, announcements: list[Announcement], **kwargs) -> None:
+    """Write the transitions' duties, in their transaction (one statement for all of them):
+    mail, webhooks, and the runs they link to (a parent told its child ended, children
+    cancelled with their parent)."""
+    rows, owners = [], []
+    for announcement in announcements:
+        owed = duties(announcement)
+        rows += owed
+        owners += [announcement] * len(owed)
+    if rows:
+        for owner, row in zip(owners, OutboxMessage.objects.bulk_create(rows), strict=True):
+            owner.outbox.append(row.pk)
+
+
+def duties(announcement: Announcement) -> list[OutboxMessage]:
+    """The outbox messages one transition owes."""
     now = clock.now()
     checkpoint = announcement.checkpoint
     rows = []
@@ -102,8 +115,7 @@ def record(sender, announcement: Announcement, **kwargs) -> None:
     if slack.enabled() and (chat := chat_events(announcement)):
         rows.append(OutboxMessage(run_id=announcement.run_id, seq=checkpoint.seq,
                                   job=OutboxJob.CHAT, events=chat, rung_at=now))
-    if rows:
-        announcement.outbox = [row.pk for row in OutboxMessage.objects.bulk_create(rows)]
+    return rows
 
 
 def deliver(message_id: int, now=None) -> str:

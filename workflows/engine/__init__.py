@@ -18,7 +18,7 @@ transitions in one transaction, each its own), `gates` (approvals and deadlines)
 
 from ..errors import IllegalTransition, InvalidInput, NotFound, NotPermitted, WorkflowError
 from . import batches, children, compensations
-from .commit import Announcement, transition_committed, transition_recording
+from .commit import Announcement
 from .gates import (
     approve,
     decide_many,
@@ -32,6 +32,7 @@ from .moves import require_operator
 from .rows import claimable_exists
 from .rules import RUN_HAS_HARD_FAILURE, next_move, ready_filters, ready_steps, retry_delay
 from .runs import Opened, add_steps, cancel_run, open_run
+from .signals import transition_committed, transition_recording
 from .steps import (
     AGENT_STATUSES,
     Chain,

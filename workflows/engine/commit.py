@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.db import transaction
-from django.dispatch import Signal
 
 from .. import clock
 from ..models import (
@@ -37,13 +36,7 @@ from .rules import (
     run_status,
     settled,
 )
-
-# Sent once the transaction of a transition has committed, with `announcement`. The
-# dispatcher listens (it rings the queue); the engine imports nothing above it.
-transition_committed = Signal()
-# Sent inside the transition's transaction, before it commits: a receiver writes what the
-# transition owes the outside world (the outbox) in the same transaction.
-transition_recording = Signal()
+from .signals import transition_committed
 
 
 @dataclass
@@ -285,6 +278,6 @@ def _announce(state: RunState, checkpoint: Checkpoint, frontier, failed, previou
         state.find(step_id).rung_at = eta
     # Kept on the checkpoint until the commit: a chained claim takes its step out of `ring`.
     checkpoint.announcement = announcement
-    transition_recording.send(sender=Run, announcement=announcement)
+    state.announced.append(announcement)  # recorded (the outbox) as the state is written
     transaction.on_commit(
         lambda: transition_committed.send(sender=Run, announcement=announcement))

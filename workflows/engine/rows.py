@@ -31,6 +31,7 @@ from ..models import (
 )
 from . import sql
 from .rules import PENDING_READY, in_frontier, is_ready, settled
+from .signals import transition_recording
 
 # Evidence (a command's output) is written by transitions, never read by them.
 STEP = sql.Table(Step, skip=("last_evidence",))
@@ -77,6 +78,7 @@ class RunState:
         self.fairer_waiting = fairer_waiting  # another run waits longer for a worker
         self.checkpoints: list[Checkpoint] = []
         self.compensations_planned = 0  # by the transition being committed
+        self.announced: list = []  # transitions recorded since the rows were last written
         self.run_loaded = {name: getattr(run, name) for name in RUN_COLUMNS}
 
     # reading ------------------------------------------------------------------------------
@@ -208,7 +210,7 @@ class RunState:
 
 def flush_all(states: list[RunState]) -> None:
     """Write what changed in each of the states (of distinct runs), in one round trip on
-    PostgreSQL."""
+    PostgreSQL, and send `transition_recording` once for the transitions recorded in them."""
     statements, checkpoints = [], []
     for state in states:
         writes, new = state.writes()
@@ -220,12 +222,18 @@ def flush_all(states: list[RunState]) -> None:
             CHECKPOINT_COLUMNS,
             ([getattr(c, name) for name in CHECKPOINT_COLUMNS] for c in checkpoints),
             returning=("id", "run_id", "seq"))
-    if not statements and not returning:
-        return
-    ids = {(run_id, seq): pk for pk, run_id, seq in sql.write(statements, returning) or []}
-    for checkpoint in checkpoints:
-        checkpoint.id = ids[checkpoint.run_id, checkpoint.seq]
-        checkpoint._state.adding = False
+    if statements or returning:
+        ids = {(run_id, seq): pk
+               for pk, run_id, seq in sql.write(statements, returning) or []}
+        for checkpoint in checkpoints:
+            checkpoint.id = ids[checkpoint.run_id, checkpoint.seq]
+            checkpoint._state.adding = False
+    # What the transitions owe the outside world is recorded with their rows, in one go.
+    announced = [a for state in states for a in state.announced]
+    if announced:
+        for state in states:
+            state.announced = []
+        transition_recording.send(sender=Run, announcements=announced)
 
 
 def _finished_counts(status, steps_total: int, steps_done: int) -> tuple[int, int, int, int]:
@@ -372,10 +380,23 @@ def _build_read_many(count: int) -> tuple[str, list]:
         sql.Slot(f"run{i}") if slot is RUN_ID else slot for i in range(count) for slot in slots]
 
 
+def lock_runs(run_ids: list[int]) -> list[int]:
+    """Lock these runs, waiting for them, in order of id (as every holder of many runs
+    locks them, so none waits on another in a circle); those that exist, in that order.
+    On SQLite the transaction's write lock holds them all already."""
+    if not run_ids:
+        return []
+    text = (f"SELECT id FROM {RUN.name} WHERE id IN ({', '.join(['%s'] * len(run_ids))}) "
+            "ORDER BY id" + (" FOR UPDATE" if sql.is_postgres() else ""))
+    with sql.cursor() as cursor:
+        cursor.execute(text, sorted(run_ids))
+        return [row[0] for row in cursor.fetchall()]
+
+
 def read_locked(run_ids: list[int]) -> list[RunState]:
-    """The runs this transaction has locked already (`next_claimable_runs`), read as `load`
-    reads them for a claim, in one statement; in the order of `run_ids`, less any that no
-    longer exist."""
+    """The runs this transaction has locked already (`next_claimable_runs`, `lock_runs`),
+    read as `load` reads them for a claim, in one statement; in the order of `run_ids`,
+    less any that no longer exist."""
     if not run_ids:
         return []
     text, slots = _cached(("read", len(run_ids)), lambda: _build_read_many(len(run_ids)))

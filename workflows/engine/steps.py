@@ -32,7 +32,16 @@ from .moves import (
     require_requester_or_operator,
     set_holder,
 )
-from .rows import RunState, actor_of, load, locked, next_claimable_run
+from .rows import (
+    RunState,
+    actor_of,
+    flush_all,
+    load,
+    lock_runs,
+    locked,
+    next_claimable_run,
+    read_locked,
+)
 from .rules import at_capacity, claimable_at, hard_failure, may_report, may_start, retry_delay
 
 
@@ -537,16 +546,18 @@ def expire_lease(step_id: int, *, actor=None, why: str = "") -> Checkpoint | Non
 
 def expire_leases(leases: dict[int, list[int]], *, actor=None) -> list[Checkpoint]:
     """expire_lease for many steps, {run id: step ids}, in one transaction (one checkpoint
-    each): the sweeper's batch. Runs are locked in order of id, so two sweepers cannot
-    deadlock, and a worker (which holds one run's lock at a time) waits at most a batch."""
+    each): the sweeper's batch. Its runs are locked in one statement, in order of id, so two
+    sweepers cannot deadlock and a worker (which holds runs in that order too) waits at
+    most a batch; they are read in one statement and written in one."""
     require_operator(actor, "recover runs")
     done = []
     with transaction.atomic():
-        for run_id in sorted(leases):
-            state = load(run_id)
-            expired = (_expire(state, state.find(step_id), actor) for step_id in leases[run_id])
+        states = read_locked(lock_runs(list(leases)))
+        for state in states:
+            expired = (_expire(state, state.find(step_id), actor)
+                       for step_id in leases[state.run.pk])
             done += [checkpoint for checkpoint in expired if checkpoint is not None]
-            state.flush()
+        flush_all(states)
     return done
 
 
