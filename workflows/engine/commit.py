@@ -18,7 +18,6 @@ from ..models import (
     TERMINAL_RUN_STATUSES,
     Checkpoint,
     CheckpointKind,
-    Compensation,
     Run,
     RunStatus,
     Step,
@@ -27,7 +26,7 @@ from ..models import (
 )
 from . import policy
 from .moves import close_gate, open_gate, start_waiting
-from .rows import RunState, actor_of, owed_compensations
+from .rows import RunState, actor_of
 from .rules import (
     claimable_at,
     condition_holds,
@@ -208,8 +207,10 @@ def _settle_run(state: RunState, frontier, step: Step | None, now, previous_stat
                 gate.waiting_since = None
                 close_gate(gate)
                 policy.close_rules(gate)
-    if run.status == RunStatus.FAILED and previous_status != RunStatus.FAILED:
-        _plan_compensations(state, now)
+    # A run that just failed owes the compensations of its completed steps: planned as its
+    # rows are written (rows.flush_all), for every run written with it at once.
+    state.owes_compensations = (run.status == RunStatus.FAILED
+                                and previous_status != RunStatus.FAILED)
     if run.is_terminal:
         run.finished_at = run.finished_at or now
         run.caller_next_action = ""  # nothing is next for an ended run
@@ -225,27 +226,6 @@ def _settle_run(state: RunState, frontier, step: Step | None, now, previous_stat
                                     running=state.running_count(), now=now)
 
 
-def _plan_compensations(state: RunState, now) -> int:
-    """Rows for the compensations a run that just failed owes (in its transaction)."""
-    run = state.run
-    state.flush()
-    steps = owed_compensations(run.pk)
-    state.compensations_planned = len(steps)
-    if not steps:
-        return 0
-    first = (Compensation.objects.filter(run=run).order_by("-order")
-             .values_list("order", flat=True).first() or 0) + 1
-    Compensation.objects.bulk_create(
-        Compensation(run=run, step_id=step_id, order=first + i, created_at=now)
-        for i, step_id in enumerate(steps))
-    Step.objects.filter(pk__in=steps).update(compensated_at=now)  # planned: never twice
-    for step_id in steps:
-        loaded = state.find(step_id)
-        if loaded is not None:
-            loaded.compensated_at = loaded.as_loaded["compensated_at"] = now
-    return len(steps)
-
-
 def _announce(state: RunState, checkpoint: Checkpoint, frontier, failed, previous_status: str,
               now, acted: Step | None = None) -> None:
     """Mark newly ready steps announced (their run is claimable; one doorbell each) and
@@ -257,9 +237,10 @@ def _announce(state: RunState, checkpoint: Checkpoint, frontier, failed, previou
     if previous_status in TERMINAL_RUN_STATUSES and loaded not in TERMINAL_RUN_STATUSES:
         previous_status = loaded
     announcement = Announcement(run.pk, checkpoint, run.status, previous_status,
-                                run.priority_rank, state.compensations_planned,
-                                parent_step_id=run.parent_step_id)
-    state.compensations_planned = 0
+                                run.priority_rank, parent_step_id=run.parent_step_id)
+    if state.owes_compensations:
+        state.owes_compensations = False
+        state.owing = announcement  # told how many once they are planned
     if not (run.is_terminal or failed):
         announcement.ring = [s.pk for s in frontier if s.kind == StepKind.RUN
                              and s.status == StepStatus.PENDING and s.rung_at is None]

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from datetime import UTC
 
 from django.db import connection, transaction
+from django.db.models import Max
 
 from .. import clock
 from ..errors import NotFound
@@ -21,6 +22,7 @@ from ..models import (
     DONE_STEP_STATUSES,
     STEP_FRONTIER,
     Checkpoint,
+    Compensation,
     GoalTally,
     Run,
     RunDay,
@@ -77,7 +79,8 @@ class RunState:
         self.steps: dict[int, Step] = {}
         self.fairer_waiting = fairer_waiting  # another run waits longer for a worker
         self.checkpoints: list[Checkpoint] = []
-        self.compensations_planned = 0  # by the transition being committed
+        self.owes_compensations = False  # the transition being committed failed the run
+        self.owing = None  # its announcement, until its compensations are planned
         self.announced: list = []  # transitions recorded since the rows were last written
         self.run_loaded = {name: getattr(run, name) for name in RUN_COLUMNS}
 
@@ -228,6 +231,7 @@ def flush_all(states: list[RunState]) -> None:
         for checkpoint in checkpoints:
             checkpoint.id = ids[checkpoint.run_id, checkpoint.seq]
             checkpoint._state.adding = False
+    _plan_compensations([state for state in states if state.owing is not None])
     # What the transitions owe the outside world is recorded with their rows, in one go.
     announced = [a for state in states for a in state.announced]
     if announced:
@@ -460,14 +464,40 @@ def insert_steps(steps: list[Step]) -> None:
                                                 for step in batch)))
 
 
-def owed_compensations(run_id: int) -> list[int]:
-    """The completed steps of a run whose compensation is not planned yet, latest first."""
+def _plan_compensations(states: list[RunState]) -> None:
+    """Compensation rows for the runs that just failed in these states (their rows written
+    already): each completed step with a compensation not planned yet, latest first, once.
+    A few statements for all of them; each failing transition's announcement is told how
+    many its run owes (its doorbell)."""
+    if not states:
+        return
+    now = clock.now()
+    owed: dict[int, list[int]] = {state.run.pk: [] for state in states}
     with sql.cursor() as cursor:
-        cursor.execute(f"SELECT id FROM {STEP.name} WHERE run_id = %s AND status = %s AND "
-                       "compensation IS NOT NULL AND compensated_at IS NULL "
-                       f"ORDER BY finished_at DESC, {sql.qn('index')} DESC",
-                       [run_id, StepStatus.COMPLETED])
-        return [row[0] for row in cursor.fetchall()]
+        cursor.execute(f"SELECT run_id, id FROM {STEP.name} WHERE run_id IN "
+                       f"({', '.join(['%s'] * len(owed))}) AND status = %s AND "
+                       "compensation IS NOT NULL AND compensated_at IS NULL ORDER BY run_id, "
+                       f"finished_at DESC, {sql.qn('index')} DESC",
+                       [*owed, StepStatus.COMPLETED])
+        for run_id, step_id in cursor.fetchall():
+            owed[run_id].append(step_id)
+    planned = [step_id for steps in owed.values() for step_id in steps]
+    if planned:
+        # A run failed before (and retried) has its earlier compensations: these follow.
+        last = dict(Compensation.objects.filter(run_id__in=[r for r in owed if owed[r]])
+                    .values("run_id").annotate(last=Max("order"))
+                    .values_list("run_id", "last"))
+        Compensation.objects.bulk_create(
+            Compensation(run_id=run_id, step_id=step_id, order=last.get(run_id, 0) + 1 + i,
+                         created_at=now)
+            for run_id, steps in owed.items() for i, step_id in enumerate(steps))
+        Step.objects.filter(pk__in=planned).update(compensated_at=now)  # never twice
+    for state in states:
+        state.owing.compensations, state.owing = len(owed[state.run.pk]), None
+        for step_id in owed[state.run.pk]:
+            loaded = state.find(step_id)
+            if loaded is not None:
+                loaded.compensated_at = loaded.as_loaded["compensated_at"] = now
 
 
 def run_of_step(step_id: int) -> int | None:
