@@ -493,7 +493,8 @@ def _plan_compensations(states: list[RunState]) -> None:
             for run_id, steps in owed.items() for i, step_id in enumerate(steps))
         Step.objects.filter(pk__in=planned).update(compensated_at=now)  # never twice
     for state in states:
-        state.owing.compensations, state.owing = len(owed[state.run.pk]), None
+        state.owing.compensations = len(owed[state.run.pk])
+        state.owing = None
         for step_id in owed[state.run.pk]:
             loaded = state.find(step_id)
             if loaded is not None:

@@ -140,6 +140,59 @@ def test_sweeper_expires_dead_leases_into_retry_or_failure(db):
     assert sweeper.sweep().expired == 0
 
 
+def test_a_sweep_batch_takes_the_same_statements_for_any_number_of_runs(
+        db, settings, monkeypatch, django_capture_on_commit_callbacks):
+    """Dead leases that each fail their run, whose completed step owes a compensation and
+    whose failure owes mail: the sweeper's batch locks and reads its runs, plans their
+    compensations and writes their outbox rows in as many statements for twenty runs as
+    for two (on PostgreSQL the rows' own writes too, in one round trip; SQLite, in
+    process, sends those one by one); each run's compensation is planned once, and rung."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from workflows.models import Compensation, OutboxMessage
+
+    settings.TOLLGATE_NOTIFY = settings.TOLLGATE_DISPATCH = True
+    rung = []
+    monkeypatch.setattr("workflows.delivery.dispatch.compensate", rung.append)
+    monkeypatch.setattr("workflows.delivery.dispatch.wake", lambda count, priority=1: None)
+    monkeypatch.setattr("workflows.delivery.dispatch.deliver_outbox", lambda message_id: None)
+    store_spec({"name": "undone", "steps": [
+        {"key": "deploy", "run": {"command": ["true"]}, "compensation": {"command": ["true"]}},
+        {"key": "verify", "depends_on": ["deploy"], "run": {"command": ["true"]}}]})
+
+    def expire(count: int) -> tuple[list[Run], list[str]]:
+        runs = [engine.open_run("undone").run for _ in range(count)]
+        leases = {}
+        for run in runs:
+            engine.start_step(run, "deploy")
+            engine.complete_step(run, "deploy")
+            leases[run.pk] = [engine.start_step(run, "verify", owner="gone",
+                                                lease_seconds=30).pk]
+        Step.objects.filter(key="verify").update(
+            lease_expires_at=timezone.now() - timedelta(seconds=5))
+        with django_capture_on_commit_callbacks(execute=True), \
+                CaptureQueriesContext(connection) as queries:
+            assert len(engine.expire_leases(leases)) == count
+        return runs, [query["sql"] for query in queries.captured_queries]
+
+    few, few_statements = expire(2)
+    many, many_statements = expire(20)
+    reads_and_inserts = [
+        [q for q in statements if q.startswith(("SELECT", 'INSERT INTO "workflows_outbox',
+                                                'INSERT INTO "workflows_compensation'))]
+        for statements in (few_statements, many_statements)]
+    assert len(reads_and_inserts[0]) == len(reads_and_inserts[1])
+    if connection.vendor == "postgresql":
+        assert len(many_statements) == len(few_statements)
+    for run in few + many:
+        assert status(run)["run"] == "failed"
+        assert list(Compensation.objects.filter(run=run).values_list(
+            "step__key", "order")) == [("deploy", 1)]
+        assert OutboxMessage.objects.filter(run=run, job="notify").count() == 1
+    assert sorted(rung) == sorted(run.pk for run in few + many)
+
+
 def test_sweeper_rings_for_runs_no_worker_served(db, settings, monkeypatch):
     woken = []
     monkeypatch.setattr("workflows.delivery.dispatch.wake", lambda count, priority=1: woken.append(
