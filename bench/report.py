@@ -127,6 +127,19 @@ def table(results: list[dict]) -> str:
                   f"{r['http']['change_to_open_inbox_ms']['max']:.0f} "
                   f"({verdict(r['http']['change_to_open_inbox_ms']['max'], 1000)})",
         "<= 1000")
+    row("500 open inboxes with streams: cores",
+        lambda r: f"{r['http']['event_streams']['cores_for_500_inboxes']:.3f} "
+                  f"({r['http']['event_streams']['events_server_cores']:.3f} server + "
+                  f"{r['http']['event_streams']['fallback_poll_cores']:.3f} polls each 30 s; "
+                  f"{verdict(r['http']['event_streams']['cores_for_500_inboxes'], 0.2)})",
+        "<= 0.2")
+    def streamed(r):
+        return r["http"]["event_streams"]["change_to_open_inbox_ms"]
+
+    row("change -> inbox by its stream: median/max ms",
+        lambda r: f"{streamed(r)['median']:.0f} / {streamed(r)['max']:.0f} "
+                  f"({verdict(streamed(r)['max'], 1000)})",
+        "<= 1000")
     row("soak: consumer RSS MB per round",
         lambda r: " ".join(f"{mb:.0f}" for mb in r["soak"]["rss_mb"]))
     row("soak: growth after warm-up",

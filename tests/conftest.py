@@ -75,3 +75,24 @@ def consumers(settings, tmp_path):
     yield start
     for consumer in started:
         consumer.stop()
+
+
+@pytest.fixture
+def events_server():
+    """The events server (tollgate.events under uvicorn) on a port of its own, on this test
+    session's page versions; its port."""
+    import subprocess
+    import sys
+
+    from .support.processes import ROOT, free_port, port_open, stop, wait_for
+    from .workflows.consumers import consumer_env
+
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "tollgate.events:app", "--host", "127.0.0.1",
+         "--port", str(port), "--log-level", "warning"],
+        cwd=ROOT, env=consumer_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: port_open(port) or server.poll() is not None, 30, what="uvicorn")
+    assert server.poll() is None, "the events server did not start"
+    yield port
+    stop(server, sig=15)

@@ -37,6 +37,10 @@ def test_every_bench_section_runs_at_its_smallest_size(tmp_path):
     assert result["http"]["inbox_polls"]["cards"] > 0
     # Every change reached the open inbox (one that never came would read 10 s).
     assert result["http"]["change_to_open_inbox_ms"]["max"] < 10_000
+    # 500 streams opened and were held; every change reached its stream (or the section
+    # would have failed saying so).
+    streams = result["http"]["event_streams"]
+    assert streams["streams"] == 500 and streams["change_to_open_inbox_ms"]["n"] > 0
     assert result["soak"]["runs_not_completed"] == 0
     if backend == "postgres":
         rows = result["scaleout"]["rows"]

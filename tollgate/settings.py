@@ -113,7 +113,9 @@ SECURE_CSP = {
     "script-src": [CSP.SELF, CSP.NONCE],
     "style-src": [CSP.SELF],
     "img-src": [CSP.SELF, "data:"],
-    "connect-src": [CSP.SELF],
+    "connect-src": [CSP.SELF, *([urlsplit(os.environ["TOLLGATE_LIVE_EVENTS_URL"])._replace(
+        path="", query="", fragment="").geturl()]
+        if "://" in os.environ.get("TOLLGATE_LIVE_EVENTS_URL", "") else [])],
     # Signing out also signs out at the sign-on provider: the form's redirect goes there.
     "form-action": [CSP.SELF, *([urlsplit(os.environ["TOLLGATE_OIDC_ISSUER"])._replace(
         path="", query="", fragment="").geturl()] if os.environ.get("TOLLGATE_OIDC_ISSUER")
@@ -273,6 +275,10 @@ TOLLGATE_LIVE_PREFIX = HUEY["name"] + "-live:"
 # How long a page's list of what to watch holds before a poll reads the database again
 # (what changes with time alone, such as an away period starting, shows within it).
 TOLLGATE_LIVE_MAX_AGE = int(os.environ.get("TOLLGATE_LIVE_MAX_AGE", "120"))
+# Where open pages hold a server-sent events stream instead of polling each second
+# (tollgate.events, served by uvicorn; "/live/events" behind the same host as the pages).
+# Empty: pages poll. While a stream is down a page polls each second until it is back.
+TOLLGATE_LIVE_EVENTS_URL = os.environ.get("TOLLGATE_LIVE_EVENTS_URL", "")
 
 TOLLGATE_LEASE_SECONDS = float(os.environ.get("TOLLGATE_LEASE_SECONDS", "30"))
 TOLLGATE_SWEEP_SECONDS = int(os.environ.get("TOLLGATE_SWEEP_SECONDS", "10"))

@@ -147,7 +147,19 @@ def inbox_keys(user) -> list[str]:
 
 
 def _seen(keys: list[str]) -> str:
-    return hashlib.blake2b("|".join(_store().read(keys)).encode(), digest_size=9).hexdigest()
+    return digest(_store().read(keys))
+
+
+def digest(values: list[str]) -> str:
+    """What a page saw of its keys: a short digest of their versions, in its keys' order."""
+    return hashlib.blake2b("|".join(values).encode(), digest_size=9).hexdigest()
+
+
+def versions(keys: list[str]) -> dict[str, str]:
+    """The versions of many keys in one read ({key: version}, "" for one never rung): the
+    events server's look at every key its open pages watch."""
+    keys = list(dict.fromkeys(keys))
+    return dict(zip(keys, _store().read(keys), strict=True)) if keys else {}
 
 
 def watch(user_id: int, page: str, keys: list[str]) -> dict:
@@ -155,10 +167,12 @@ def watch(user_id: int, page: str, keys: list[str]) -> dict:
     (good for that page only), and `seen`, what they
     held before the page read the database (read first: a change that lands in between
     rings after it and is seen by the next poll). `seen` is empty when the versions cannot
-    be read; every poll then reads the database."""
+    be read; every poll then reads the database. `events`: where the page opens its stream
+    (tollgate.events), if anywhere."""
     token = signing.dumps([user_id, page, keys], salt=SALT, compress=True)
     try:
-        return {"watch": token, "seen": _seen(keys)}
+        return {"watch": token, "seen": _seen(keys),
+                "events": settings.TOLLGATE_LIVE_EVENTS_URL}
     except Exception:  # the versions are a hint; the database answers without them
         log.warning("Page versions cannot be read; open pages poll the database", exc_info=True)
         return {"watch": token, "seen": ""}

@@ -73,6 +73,8 @@ def measure(bench) -> None:
         page = load([f"/runs/{runs[0]}/"], seconds=seconds)
         polls = inbox_polls(bench, client, port, load, web.pid, seconds)
         latency = change_latency(bench, client, port, spec, user, bench.pick(5, 10, 20))
+        streams = event_streams(bench, client, port, spec, polls, seconds,
+                                bench.pick(5, 10, 20))
         half = len(runs) // 2
         # Approve as the inbox's button does (the decided card comes back), and as the
         # run page's does (the whole run comes back).
@@ -84,6 +86,7 @@ def measure(bench) -> None:
             "clients": 8, "gunicorn_workers": 4, "floor_healthz": floor,
             "run_page": page, "approve_from_inbox": inbox, "approve": approve,
             "inbox_polls": polls, "change_to_open_inbox_ms": latency,
+            "event_streams": streams,
             "ratio_to_floor": {"run_page": page["rps"] / floor["rps"],
                                "approve_from_inbox": inbox["rps"] / floor["rps"],
                                "approve": approve["rps"] / floor["rps"]},
@@ -189,3 +192,91 @@ def change_latency(bench, client, port, spec, user, trials: int) -> dict:
     from tests.support.stats import summary
 
     return {**summary(delays), "max": max(delays), "trials": trials, "target_ms": 1000}
+
+
+def event_streams(bench, client, port, spec, polls: dict, seconds: float, trials: int) -> dict:
+    """500 open inboxes holding an events stream each (tollgate.events under uvicorn) while
+    nothing changes: the events server's CPU, plus each page's fallback poll every 30 s at
+    the quiet poll's measured cost, as a share of one core. Then, from a change committing
+    to an open inbox having it: the stream says "changed" and the page asks its view, as
+    page.js does."""
+    import http.client
+    import random
+    import socket
+    import subprocess
+    import sys
+    from urllib.parse import quote
+
+    from bench import scale
+    from tests.support.processes import ROOT, free_port, port_open, stop, wait_for
+    from tests.support.stats import summary
+    from workflows import engine
+
+    body = client.get("/").text
+    watch, seen = page_versions(body)
+    events_port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "tollgate.events:app", "--host", "127.0.0.1",
+         "--port", str(events_port), "--log-level", "warning", "--no-access-log"],
+        cwd=ROOT, env={**os.environ, **bench.env}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    request = (f"GET /live/events?page=/&watch={quote(watch)}&seen={seen} HTTP/1.1\r\n"
+               f"Host: 127.0.0.1\r\n\r\n").encode()
+    try:
+        wait_for(lambda: port_open(events_port) or server.poll() is not None, 30,
+                 what="the events server")
+        sockets = []
+        for _ in range(500):
+            sock = socket.create_connection(("127.0.0.1", events_port), timeout=10)
+            sock.sendall(request)
+            sockets.append(sock)
+        for sock in sockets:  # each stream open (its first line read) before measuring
+            if b": open" not in read_until(sock, b": open"):
+                raise RuntimeError("a stream did not open")
+        cpu = scale.cpu_seconds([server.pid])
+        time.sleep(seconds)
+        idle = (scale.cpu_seconds([server.pid]) - cpu) / seconds
+        for sock in sockets:
+            sock.close()
+        fallback = polls["web_cpu_ms_per_poll"] / 1e3 * 500 / 30
+        cookie = f"sessionid={client.cookies['sessionid'].value}"
+        delays = []
+        for _ in range(trials):
+            watch, seen = page_versions(client.get("/").text)
+            sock = socket.create_connection(("127.0.0.1", events_port), timeout=10)
+            sock.sendall((f"GET /live/events?page=/&watch={quote(watch)}&seen={seen} "
+                          "HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").encode())
+            read_until(sock, b": open")
+            time.sleep(random.uniform(0.1, 0.6))
+            committed = time.perf_counter()
+            engine.open_run(spec)
+            if b"event: changed" not in read_until(sock, b"event: changed"):
+                raise RuntimeError("a stream did not say its inbox changed")
+            sock.close()
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", f"/?poll=1&watch={quote(watch)}&seen={seen}&have=1:1.0",
+                         headers={"Cookie": cookie, "HX-Request": "true",
+                                  "Host": "127.0.0.1"})
+            answer = conn.getresponse()
+            answer.read()
+            if answer.status != 200:
+                raise RuntimeError(f"the page's ask after its stream answered {answer.status}")
+            delays.append((time.perf_counter() - committed) * 1e3)
+    finally:
+        stop(server, sig=15)
+    return {"streams": 500, "events_server_cores": idle, "fallback_poll_cores": fallback,
+            "cores_for_500_inboxes": idle + fallback, "target_cores": 0.2,
+            "change_to_open_inbox_ms": {**summary(delays), "max": max(delays),
+                                        "trials": trials, "target_ms": 1000}}
+
+
+def read_until(sock, marker: bytes, timeout: float = 10) -> bytes:
+    """What a socket sends until `marker` (or `timeout` seconds, or its end)."""
+    received, deadline = b"", time.monotonic() + timeout
+    sock.settimeout(timeout)
+    while marker not in received and time.monotonic() < deadline:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        received += chunk
+    return received

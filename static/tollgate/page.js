@@ -62,6 +62,51 @@
       var input = elt.querySelector("input[name=" + name.toLowerCase() + "]");
       if (value !== null && input) input.value = value;
     });
+    if (elt.id && (streams[elt.id] || fallBacks[elt.id])) listen(elt);  // with the new versions
+  });
+
+  // A poller with a stream (tollgate.events) asks when its stream says something changed,
+  // then opens a new stream with the versions the answer gave; while its stream is down it
+  // asks each second, as a page without one does. One stream per poller, by its id (an
+  // answer may put a new poller in the old one's place).
+  var streams = {}, fallBacks = {};
+  function ask(id) {
+    var elt = document.getElementById(id);
+    if (elt) htmx.trigger(elt, "tollgate:changed");
+  }
+  function stop(id) {
+    if (streams[id]) streams[id].close();
+    clearInterval(fallBacks[id]);
+    delete streams[id];
+    delete fallBacks[id];
+  }
+  function listen(elt) {
+    var id = elt.id, now = id && document.getElementById(id);
+    if (!now || !window.htmx) return;
+    stop(id);
+    if (!now.dataset.events) return;
+    var watch = now.querySelector("input[name=watch]"), seen = now.querySelector("input[name=seen]");
+    if (!window.EventSource || !watch || !seen || !seen.value) return fallBack(id);
+    var stream = streams[id] = new EventSource(now.dataset.events + "?page="
+      + encodeURIComponent(location.pathname) + "&watch=" + encodeURIComponent(watch.value)
+      + "&seen=" + encodeURIComponent(seen.value));
+    stream.onopen = function () { clearInterval(fallBacks[id]); delete fallBacks[id]; };
+    stream.addEventListener("changed", function () { stream.close(); ask(id); });
+    stream.onerror = function () { fallBack(id); };
+  }
+  function fallBack(id) {
+    if (!fallBacks[id]) fallBacks[id] = setInterval(function () { ask(id); }, 1000);
+  }
+  document.addEventListener("htmx:load", function (event) {
+    var root = event.detail.elt;
+    Object.keys(streams).concat(Object.keys(fallBacks)).forEach(function (id) {
+      var now = document.getElementById(id);
+      if (!now || !now.dataset.events) stop(id);  // the poller went, or polls no more
+    });
+    if (root.matches && root.matches("[data-events]") && !streams[root.id]) listen(root);
+    if (root.querySelectorAll) root.querySelectorAll("[data-events]").forEach(function (elt) {
+      if (!streams[elt.id]) listen(elt);
+    });
   });
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-announce]").forEach(function (el) { said.add(el); });

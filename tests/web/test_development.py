@@ -54,12 +54,14 @@ def test_ctrl_c_stops_the_server_and_the_consumer_together(tmp_path):
     serving = subprocess.Popen([sys.executable, str(script), "127.0.0.1:8199"], cwd=tmp_path,
                                start_new_session=True)
     deadline = time.monotonic() + 30
-    while not all((tmp_path / f"{n}.started").exists() for n in ("run_huey", "runserver")):
+    while not all((tmp_path / f"{n}.started").exists()
+                  for n in ("run_huey", "serve_events", "runserver")):
         assert time.monotonic() < deadline and serving.poll() is None
         time.sleep(0.05)
     os.killpg(serving.pid, signal.SIGINT)
     assert serving.wait(timeout=30) == 0
-    assert all((tmp_path / f"{n}.stopped").exists() for n in ("run_huey", "runserver"))
+    assert all((tmp_path / f"{n}.stopped").exists()
+               for n in ("run_huey", "serve_events", "runserver"))
 
 def test_demo_prints_the_base_url(settings):
     from django.core.management import call_command

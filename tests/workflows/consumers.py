@@ -48,6 +48,26 @@ def freeze(pid: int, timeout: float = 60) -> None:
         time.sleep(0.02)
 
 
+def freeze_cgroup(cgroup, timeout: float = 60) -> None:
+    """Pause every process of a cgroup (its freezer, as `docker pause` does), at a moment
+    none holds SQLite's write lock (see freeze)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        (cgroup / "freezer.state").write_text("FROZEN")
+        while (cgroup / "freezer.state").read_text().strip() != "FROZEN":
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{cgroup} did not pause within {timeout}s")
+            time.sleep(0.01)
+        if connection.vendor != "sqlite" or _sqlite_writable():
+            return
+        (cgroup / "freezer.state").write_text("THAWED")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{cgroup} held SQLite's write lock for {timeout}s")
+        time.sleep(0.02)
+
+
 def database_url() -> str:
     db = connection.settings_dict
     if db["ENGINE"] == "django.db.backends.sqlite3":

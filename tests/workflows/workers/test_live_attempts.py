@@ -17,7 +17,7 @@ from django.core.management import call_command
 from tests.conftest import make_user
 from tests.support.attempts import logged_shell, overlaps, ran_to_the_end, read
 from tests.support.processes import libfaketime
-from tests.workflows.consumers import freeze, wait_for
+from tests.workflows.consumers import freeze, freeze_cgroup, wait_for
 from workflows import clock, engine, processes
 from workflows.models import Checkpoint, Compensation, Run, Step
 from workflows.recovery import sweeper
@@ -597,9 +597,7 @@ def test_a_paused_container_s_late_write_is_refused_by_its_fencing_token(
             (cgroup / "cgroup.procs").write_text(str(pid))
         run = engine.open_run(one_step("paused", shell, max_retries=1)).run
         wait_for(lambda: (tmp_path / "started").exists(), 30, 0.05, what="attempt 1")
-        (cgroup / "freezer.state").write_text("FROZEN")
-        wait_for(lambda: (cgroup / "freezer.state").read_text().strip() == "FROZEN", 10,
-                 what="the container to pause")
+        freeze_cgroup(cgroup)
         consumers(workers=1, TOLLGATE_LEASE_SECONDS="3")
         assert wait_for(lambda: finished(run), 40, what="attempt 2") == "completed"
         assert Step.objects.get(run=run).attempt == 2

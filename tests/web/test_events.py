@@ -1,0 +1,67 @@
+"""Server-sent events for open pages (tollgate.events under uvicorn, a real process): a
+stream says `changed` once something its page watches rings, and only to the holder of a
+page's own token; pages offer a stream where one is configured."""
+
+from __future__ import annotations
+
+import http.client
+from urllib.parse import quote
+
+import pytest
+
+from tests.conftest import make_user
+from workflows import live
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def open_stream(port: int, page: str, watching: dict) -> http.client.HTTPResponse:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("GET", f"/live/events?page={quote(page)}&watch={quote(watching['watch'])}"
+                        f"&seen={quote(watching['seen'])}")
+    return conn.getresponse()
+
+
+def test_a_stream_says_changed_once_something_its_page_watches_rings(events_server):
+    ann = make_user("ann", "qa")
+    watching = live.watch(ann.pk, "/", live.inbox_keys(ann))
+    stream = open_stream(events_server, "/", watching)
+    assert stream.status == 200 and stream.getheader("Content-Type") == "text/event-stream"
+    assert stream.readline() == b": open\n"  # open, and nothing changed yet
+    live.ring([live.group_key("qa")])  # a gate now waits on ann's group
+    assert stream.read().endswith(b"event: changed\ndata: \n\n")  # said, and the stream ends
+
+
+def test_a_stream_opened_with_stale_versions_says_changed_at_once(events_server):
+    """A change that landed between the page's read and its stream is not missed."""
+    ann = make_user("ann")
+    watching = live.watch(ann.pk, "/runs/7/", [live.run_key(7)])
+    live.ring([live.run_key(7)])
+    assert b"event: changed" in open_stream(events_server, "/runs/7/", watching).read()
+
+
+@pytest.mark.parametrize("case", ["another page", "forged", "nothing seen", "other path"])
+def test_a_stream_needs_its_own_pages_token(events_server, case):
+    ann = make_user("ann")
+    watching = live.watch(ann.pk, "/runs/7/", [live.run_key(7)])
+    page = "/" if case == "another page" else "/runs/7/"
+    if case == "forged":
+        watching["watch"] = watching["watch"][:-2] + "xx"
+    if case == "nothing seen":
+        watching["seen"] = ""
+    if case == "other path":
+        conn = http.client.HTTPConnection("127.0.0.1", events_server, timeout=30)
+        conn.request("GET", "/live/other")
+        assert conn.getresponse().status == 404
+        return
+    answer = open_stream(events_server, page, watching)
+    assert answer.status == 403 and b"not valid" in answer.read()
+
+
+def test_pages_hold_a_stream_where_one_is_configured(client, settings):
+    ann = make_user("ann", "qa")
+    client.force_login(ann)
+    assert "data-events" not in client.get("/").text
+    settings.TOLLGATE_LIVE_EVENTS_URL = "/live/events"
+    page = client.get("/").text
+    assert 'data-events="/live/events"' in page and "tollgate:changed, every 30s" in page
