@@ -66,12 +66,17 @@ _held: dict[Path, int] = {}
 _held_guard = threading.Lock()
 
 
+def folder_of(lease: dict) -> Path:
+    """Where a leased attempt's folder ({"kind", "id", "token"}) is, made or not."""
+    return root() / f"{lease['kind']}-{lease['id']}-{lease['token']}"
+
+
 def open_folder(lease: dict) -> Path:
     """A new folder for a leased attempt ({"kind", "id", "token"}), held by this process
     (its lock taken before the folder gets its name, so no one sees it unheld)."""
     base = root()
     base.mkdir(mode=0o700, parents=True, exist_ok=True)
-    name = f"{lease['kind']}-{lease['id']}-{lease['token']}"
+    name = folder_of(lease).name
     making = base / f".{name}.making"
     making.mkdir(mode=0o700)
     lock = os.open(making / "holder.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)

@@ -476,7 +476,7 @@ def record_finished(kind: str, pk: int, token: str) -> bool:
     lease whose holder it cannot check (frozen or cut off in another container on a shared
     spool volume), so that a finished command is not run again. The holder, if it comes
     back, finds its report recorded already."""
-    folder = spool.root() / f"{kind}-{pk}-{token}"
+    folder = spool.folder_of({"kind": kind, "id": pk, "token": token})
     if not token or not spool.finished(folder):
         return False
     return bool(_record_orphan(kind, pk, token, folder, "its worker could not be reached"))
