@@ -74,16 +74,14 @@ def folder_of(lease: dict) -> Path:
 def open_folder(lease: dict) -> Path:
     """A new folder for a leased attempt ({"kind", "id", "token"}), held by this process
     (its lock taken before the folder gets its name, so no one sees it unheld)."""
-    base = root()
-    base.mkdir(mode=0o700, parents=True, exist_ok=True)
-    name = folder_of(lease).name
-    making = base / f".{name}.making"
+    folder = folder_of(lease)
+    folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    making = folder.parent / f".{folder.name}.making"
     making.mkdir(mode=0o700)
     lock = os.open(making / "holder.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         (making / "holder.json").write_text(json.dumps(processes.this_process().as_dict()))
-        folder = base / name
         making.rename(folder)
     except BaseException:
         os.close(lock)
