@@ -48,6 +48,24 @@ def table(results: list[dict]) -> str:
     row("step path profile: engine/django/driver",
         lambda r: "/".join(f"{r['profile']['layers'].get(k, 0) * 100:.0f}%"
                            for k in ("tollgate", "django", "database driver")))
+    def replayed(r, how):
+        replay = r["profile"]["replay"]
+        floor = r["floor"]["transaction_pair_ms"]
+        ms = replay[how]["ms_per_step"]
+        return f"{ms:.2f} ({ms / floor:.1f}x, {verdict(ms / floor, 1.5)})"
+
+    row("  in process: engine ms/step; statements/step",
+        lambda r: f"{r['profile']['replay']['engine_ms_per_step']:.2f}; "
+                  f"{r['profile']['replay']['statements_per_step']:.1f}")
+    row("  its statements replayed: ms/step (x floor)",
+        lambda r: replayed(r, "as_sent"), "<= 1.5x floor")
+    row("  one round trip a transaction: ms/step",
+        lambda r: replayed(r, "one_round_trip") if r["backend"] == "postgres" else "n/a",
+        "<= 1.5x floor")
+    row("  replayed: db CPU ms/step as sent / one trip",
+        lambda r: f"{r['profile']['replay']['as_sent']['database_cpu_ms_per_step']:.2f} / "
+                  f"{r['profile']['replay']['one_round_trip']['database_cpu_ms_per_step']:.2f}"
+        if r["backend"] == "postgres" else "n/a")
     row("beside a backlog: start / end ms",
         lambda r: f"{r['fairness']['first_step_started_ms']['median']:.0f} / "
                   f"{r['fairness']['completed_ms']['median']:.0f}", "200 / 1000")
@@ -104,6 +122,9 @@ def table(results: list[dict]) -> str:
         lambda r: f"{r['sweeper']['deadlines_200_gates_s'][0]:.2f}, "
                   f"{r['sweeper']['deadlines_200_gates_s'][1]:.2f}", "flat")
     row("HTTP /healthz floor req/s", lambda r: f"{r['http']['floor_healthz']['rps']:.0f}")
+    row("HTTP signed-in write, no engine: req/s (x floor)",
+        lambda r: f"{r['http']['authenticated_write']['rps']:.0f} "
+                  f"({r['http']['ratio_to_floor']['authenticated_write']:.2f}x)")
     for name, label in (("run_page", "run page"), ("approve_from_inbox", "approve (inbox)"),
                         ("approve", "approve (run page)")):
         row(f"HTTP {label} req/s (x floor)",

@@ -42,6 +42,11 @@ def test_every_bench_section_runs_at_its_smallest_size(tmp_path):
     streams = result["http"]["event_streams"]
     assert streams["streams"] == 500 and streams["change_to_open_inbox_ms"]["n"] > 0
     assert result["soak"]["runs_not_completed"] == 0
+    # The step path's statements replayed without the engine (the replay checks it left
+    # the run as the engine did), and the least an approve does beside approve.
+    replay = result["profile"]["replay"]
+    assert replay["statements_per_step"] > 1 and replay["as_sent"]["ms_per_step"] > 0
+    assert result["http"]["authenticated_write"]["requests"] > 0
     if backend == "postgres":
         rows = result["scaleout"]["rows"]
         assert [(row["consumers"], row["threads"], row["group_commit_steps"])
@@ -51,5 +56,7 @@ def test_every_bench_section_runs_at_its_smallest_size(tmp_path):
         # one transaction a step.
         assert rows[1]["write_transactions_per_step"] < 1 <= rows[2][
             "write_transactions_per_step"]
+        assert replay["one_round_trip"]["round_trips_per_step"] < replay["as_sent"][
+            "round_trips_per_step"]
     printed = table([result])
     assert "floor: UPDATE+INSERT transaction ms" in printed

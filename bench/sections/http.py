@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from bench.plumbing import analyze, gate_spec
+from bench.plumbing import analyze, floor_tables, gate_spec
 from tests.support.processes import free_port, start_gunicorn, stop
 
 
@@ -33,7 +33,10 @@ def measure(bench) -> None:
     port = free_port()
     # As the README's production command runs it: four sync workers on two cores, so
     # that one waiting on the database does not leave a core idle.
-    web = start_gunicorn({**os.environ, **bench.env}, port, workers=4)
+    # bench.web_settings: Tollgate's pages and `bench/write/`, the least an approve does.
+    floor_tables()
+    web = start_gunicorn({**os.environ, **bench.env,
+                          "DJANGO_SETTINGS_MODULE": "bench.web_settings"}, port, workers=4)
     try:
         def load(paths, method="GET", seconds=5.0, clients=8, body=None):
             done, errors = [], []
@@ -75,6 +78,10 @@ def measure(bench) -> None:
         latency = change_latency(bench, client, port, spec, user, bench.pick(5, 10, 20))
         streams = event_streams(bench, client, port, spec, polls, seconds,
                                 bench.pick(5, 10, 20))
+        # The least an approve must do: signed in, CSRF, one UPDATE+INSERT committed.
+        write = load(["/bench/write/"] * 1_000_000, "POST", seconds=seconds)
+        if write["errors"] or not write["requests"]:
+            raise RuntimeError(f"the signed-in write was refused: {write}")
         half = len(runs) // 2
         # Approve as the inbox's button does (the decided card comes back), and as the
         # run page's does (the whole run comes back).
@@ -85,9 +92,11 @@ def measure(bench) -> None:
         bench.results["http"] = {
             "clients": 8, "gunicorn_workers": 4, "floor_healthz": floor,
             "run_page": page, "approve_from_inbox": inbox, "approve": approve,
+            "authenticated_write": write,
             "inbox_polls": polls, "change_to_open_inbox_ms": latency,
             "event_streams": streams,
             "ratio_to_floor": {"run_page": page["rps"] / floor["rps"],
+                               "authenticated_write": write["rps"] / floor["rps"],
                                "approve_from_inbox": inbox["rps"] / floor["rps"],
                                "approve": approve["rps"] / floor["rps"]},
             "target_ratio": 0.5}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench import replay
 from bench.plumbing import chain_spec
 
 
@@ -46,4 +47,7 @@ def measure(bench) -> None:
                    sorted(layers.items(), key=lambda kv: -kv[1])},
         "heaviest": [{"function": where, "ms_per_step": own / n * 1e3,
                       "calls_per_step": calls / n}
-                     for own, where, calls in heaviest[:12]]}
+                     for own, where, calls in heaviest[:12]],
+        # The same work's statements without the engine's Python, as sent and (PostgreSQL)
+        # one round trip a transaction: how far a server-side step could go.
+        "replay": replay.measure(bench, n)}
