@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
+from pathlib import Path
 
 from bench.plumbing import PG_ADMIN, PG_URL, VAR, chain_spec
 
@@ -34,28 +35,31 @@ def measure(bench, steps: int) -> dict:
     from workflows import engine
     from workflows.workers import worker
 
+    postgres = connection.vendor == "postgresql"
     spec = chain_spec("bench-replay", steps)
     engine.open_run(spec)
     started = time.perf_counter()
-    while worker.work(budget=steps + 10):
-        pass
+    _work_all(worker, steps)
     engine_ms = (time.perf_counter() - started) / steps * 1e3
 
     run = engine.open_run(spec).run
-    copies = _copy_database(connection, ("a", "b"))
-    recorded = _record(connection, lambda: _work_all(worker, steps))
-    expected = _outcome(connection, run.pk)
-    figures = {"steps": steps, "engine_ms_per_step": engine_ms,
-               "statements_per_step": sum(len(t[1]) for t in recorded) / steps,
-               "transactions_per_step": sum(1 for t in recorded if t[0]) / steps}
-    if connection.vendor == "postgresql":
-        figures["as_sent"] = _replay_postgres(copies["a"], recorded, steps, expected,
-                                              run.pk, one_message=False)
-        figures["one_round_trip"] = _replay_postgres(copies["b"], recorded, steps, expected,
-                                                     run.pk, one_message=True)
-        _drop_copies(copies)
-    else:
-        figures["as_sent"] = _replay_sqlite(copies["a"], recorded, steps, expected, run.pk)
+    copies = _copy_database(connection, ("a", "b") if postgres else ("a",))
+    try:
+        recorded = _record(connection, lambda: _work_all(worker, steps))
+        expected = _outcome(connection, run.pk)
+        figures = {"steps": steps, "engine_ms_per_step": engine_ms,
+                   "statements_per_step": sum(len(t[1]) for t in recorded) / steps,
+                   "transactions_per_step": sum(1 for t in recorded if t[0]) / steps}
+        if postgres:
+            figures["as_sent"] = _replay_postgres(copies["a"], recorded, steps, expected,
+                                                  run.pk, one_message=False)
+            figures["one_round_trip"] = _replay_postgres(copies["b"], recorded, steps,
+                                                         expected, run.pk, one_message=True)
+        else:
+            figures["as_sent"] = _replay_sqlite(copies["a"], recorded, steps, expected,
+                                                run.pk)
+    finally:
+        _drop_copies(copies, postgres)
     return figures
 
 
@@ -149,7 +153,12 @@ def _copy_database(connection, names) -> dict[str, str]:
     return copies
 
 
-def _drop_copies(copies: dict[str, str]) -> None:
+def _drop_copies(copies: dict[str, str], postgres: bool) -> None:
+    if not postgres:
+        for path in copies.values():
+            for suffix in ("", "-wal", "-shm"):
+                Path(path + suffix).unlink(missing_ok=True)
+        return
     import psycopg
 
     with psycopg.connect(PG_ADMIN.replace("postgres://", "postgresql://"),
