@@ -16,6 +16,7 @@ def measure(bench) -> None:
     from django.test import Client
 
     from bench import data
+    from workflows import clock
 
     viewer, _ = User.objects.get_or_create(username="bench-viewer")
     viewer.groups.add(Group.objects.get_or_create(name="bench-qa")[0])
@@ -29,6 +30,7 @@ def measure(bench) -> None:
             queries.append(sql)
             return execute(sql, params, many, context)
 
+        clock.defer_measuring()  # its once-a-minute query is no page's
         with connection.execute_wrapper(count):
             assert client.get(url).status_code == 200, url
         times = []
