@@ -46,7 +46,9 @@ def measure(bench, steps: int) -> dict:
     copies = _copy_database(connection, ("a", "b") if postgres else ("a",))
     try:
         recorded = _record(connection, lambda: _work_all(worker, steps))
-        expected = _outcome(connection, run.pk)
+        with connection.cursor() as cursor:
+            expected = _outcome(lambda sql, params: cursor.execute(sql, params).fetchone()[0],
+                                run.pk)
         figures = {"steps": steps, "engine_ms_per_step": engine_ms,
                    "statements_per_step": sum(len(t[1]) for t in recorded) / steps,
                    "transactions_per_step": sum(1 for t in recorded if t[0]) / steps}
@@ -75,12 +77,13 @@ def _record(connection, work) -> list[tuple[bool, list[tuple[str, object, bool]]
 
     transactions, current = [], []
     rolled_back = []
+    postgres = connection.vendor == "postgresql"
 
     def wrapper(execute, sql, params, many, context):
         if sql.startswith("BEGIN"):  # SQLite's BEGIN IMMEDIATE: the replay opens its own
             return execute(sql, params, many, context)
         raw = getattr(context["cursor"], "cursor", None)
-        server = connection.vendor == "postgresql" and type(raw) is psycopg.Cursor
+        server = postgres and type(raw) is psycopg.Cursor
         current.extend((sql, p, server) for p in (params if many else [params]))
         result = execute(sql, params, many, context)
         if connection.get_autocommit():
@@ -114,25 +117,33 @@ def _record(connection, work) -> list[tuple[bool, list[tuple[str, object, bool]]
     return transactions
 
 
-def _outcome(connection, run_id: int) -> tuple:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT status FROM workflows_run WHERE id = %s", [run_id])
-        status = cursor.fetchone()[0]
-        cursor.execute("SELECT COUNT(*) FROM workflows_checkpoint WHERE run_id = %s", [run_id])
-        return status, cursor.fetchone()[0]
+def _outcome(one, run_id: int, mark: str = "%s") -> tuple:
+    """The run's status and checkpoint count; `one(sql, params)` answers a statement's first
+    value, with `mark` as its placeholder."""
+    return (one(f"SELECT status FROM workflows_run WHERE id = {mark}", [run_id]),
+            one(f"SELECT COUNT(*) FROM workflows_checkpoint WHERE run_id = {mark}", [run_id]))
+
+
+def _check(found: tuple, expected: tuple, run_id: int) -> None:
+    if found != expected:
+        raise RuntimeError(f"the replay left run {run_id} {found[0]} with {found[1]} "
+                           f"checkpoints, the engine {expected[0]} with {expected[1]}")
+
+
+def _admin():
+    import psycopg
+
+    return psycopg.connect(PG_ADMIN.replace("postgres://", "postgresql://"), autocommit=True)
 
 
 def _copy_database(connection, names) -> dict[str, str]:
     """Copies of the database as it stands now, by name: PostgreSQL databases made from it
     as a template; SQLite files written by the online backup."""
     if connection.vendor == "postgresql":
-        import psycopg
-
         source = PG_URL.rsplit("/", 1)[1]
         connection.close()
         copies = {}
-        with psycopg.connect(PG_ADMIN.replace("postgres://", "postgresql://"),
-                             autocommit=True) as admin:
+        with _admin() as admin:
             admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
                           "datname = %s AND pid <> pg_backend_pid()", [source])
             for name in names:
@@ -159,10 +170,7 @@ def _drop_copies(copies: dict[str, str], postgres: bool) -> None:
             for suffix in ("", "-wal", "-shm"):
                 Path(path + suffix).unlink(missing_ok=True)
         return
-    import psycopg
-
-    with psycopg.connect(PG_ADMIN.replace("postgres://", "postgresql://"),
-                         autocommit=True) as admin:
+    with _admin() as admin:
         for url in copies.values():
             admin.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
 
@@ -181,12 +189,12 @@ def _replay_postgres(url: str, recorded, steps: int, expected: tuple, run_id: in
         backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
         pair = _raw_pair(conn, server, backend, max(steps, 500)) if not one_message else None
 
+        cpu = scale.cpu_seconds([backend])
+        started = time.perf_counter()
         if one_message:
             # psycopg's pipeline: a transaction's statements, prepared as the engine's
             # are, go out together and their answers come back together (one round trip,
             # plans cached as a PL/pgSQL function's would be).
-            cpu = scale.cpu_seconds([backend])
-            started = time.perf_counter()
             for atomic, statements in recorded:
                 with conn.pipeline():
                     if atomic:
@@ -196,8 +204,6 @@ def _replay_postgres(url: str, recorded, steps: int, expected: tuple, run_id: in
                     if atomic:
                         conn.execute("COMMIT")
         else:
-            cpu = scale.cpu_seconds([backend])
-            started = time.perf_counter()
             for atomic, statements in recorded:
                 if atomic:
                     timed("BEGIN", conn.execute, "BEGIN")
@@ -207,13 +213,8 @@ def _replay_postgres(url: str, recorded, steps: int, expected: tuple, run_id: in
                     timed("COMMIT", conn.execute, "COMMIT")
         elapsed = time.perf_counter() - started
         db_cpu = scale.cpu_seconds([backend]) - cpu
-        status = conn.execute("SELECT status FROM workflows_run WHERE id = %s",
-                              [run_id]).fetchone()[0]
-        checkpoints = conn.execute("SELECT COUNT(*) FROM workflows_checkpoint WHERE "
-                                   "run_id = %s", [run_id]).fetchone()[0]
-    if (status, checkpoints) != expected:
-        raise RuntimeError(f"the replay left run {run_id} {status} with {checkpoints} "
-                           f"checkpoints, the engine {expected[0]} with {expected[1]}")
+        found = _outcome(lambda sql, params: conn.execute(sql, params).fetchone()[0], run_id)
+    _check(found, expected, run_id)
     return {"ms_per_step": elapsed / steps * 1e3,
             "database_cpu_ms_per_step": db_cpu / steps * 1e3,
             **({} if one_message else {"heaviest": heaviest(steps), "raw_pair": pair}),
@@ -269,15 +270,11 @@ def _replay_sqlite(path: str, recorded, steps: int, expected: tuple, run_id: int
             if atomic:
                 timed("COMMIT", db.execute, "COMMIT")
         elapsed = time.perf_counter() - started
-        status = db.execute("SELECT status FROM workflows_run WHERE id = ?",
-                            [run_id]).fetchone()[0]
-        checkpoints = db.execute("SELECT COUNT(*) FROM workflows_checkpoint WHERE run_id = ?",
-                                 [run_id]).fetchone()[0]
+        found = _outcome(lambda sql, params: db.execute(sql, params).fetchone()[0], run_id,
+                         "?")
     finally:
         db.close()
-    if (status, checkpoints) != expected:
-        raise RuntimeError(f"the replay left run {run_id} {status} with {checkpoints} "
-                           f"checkpoints, the engine {expected[0]} with {expected[1]}")
+    _check(found, expected, run_id)
     return {"ms_per_step": elapsed / steps * 1e3, "heaviest": heaviest(steps)}
 
 
