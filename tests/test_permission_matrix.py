@@ -49,6 +49,9 @@ def world(release_spec):
         "superuser": make_user("root", is_staff=True, is_superuser=True),
     }
     make_user("carol", "qa")
+    # Where the gate (two approvals) is reassigned: enough people to meet it.
+    make_user("rex", "release-team")
+    make_user("ruth", "release-team")
     now = timezone.now()
     Preference.objects.create(user=users["approver"], delegate=users["delegate"],
                               away_from=now - timedelta(hours=1),
@@ -167,7 +170,7 @@ def web_press(world, role, action, *, htmx=False):
         "retry": (world["failed"], "build", "retry", {}),
         "skip": (world["fresh"], "build", "skip", {"comment": "prebuilt"}),
         "skip_gate": (world["gate"], "qa", "skip", {"comment": "hurry"}),
-        "reassign": (world["gate"], "qa", "reassign", {"group": "operators",
+        "reassign": (world["gate"], "qa", "reassign", {"group": "release-team",
                                                        "comment": "qa is away"}),
     }[action]
     return client.post(f"/runs/{run.pk}/steps/{key}/{verb}/", data)
@@ -204,7 +207,7 @@ def api_call(world, role, action):
         "retry": (f"/api/runs/{failed}/steps/build/retry", {}),
         "skip": (f"/api/runs/{fresh}/steps/build/skip", {"reason": "prebuilt"}),
         "skip_gate": (f"/api/runs/{gate}/steps/qa/skip", {"reason": "hurry"}),
-        "reassign": (f"/api/runs/{gate}/steps/qa/reassign", {"group": "operators",
+        "reassign": (f"/api/runs/{gate}/steps/qa/reassign", {"group": "release-team",
                                                              "reason": "qa is away"}),
         "cancel": (f"/api/runs/{fresh}/cancel", {"reason": "matrix"}),
         "recover": (f"/api/runs/{world['stuck'].pk}/recover", {}),
@@ -275,13 +278,18 @@ def test_api(world, action, role):
 @pytest.mark.parametrize("role", ROLES)
 @pytest.mark.parametrize("entry", ["web", "htmx", "api"])
 def test_a_reassigned_gate_is_decided_by_its_new_approver_alone(world, role, entry):
+    from workflows.models import Approval
+
+    # carol gives one of the two approvals; the other is reassigned to mia alone.
+    carol = world["users"]["approver"].__class__.objects.get(username="carol")
+    engine.approve(world["gate"], "qa", user=carol)
     engine.reassign_gate(world["gate"], "qa", actor=world["users"]["operator"],
                          person=world["users"]["member"], reason="mia knows the release")
     if entry == "api":
         response = api_call(world, role, "approve")
     else:
         response = web_press(world, role, "approve", htmx=entry == "htmx")
-    approved = EFFECTS["approve"](world)
+    approved = Approval.objects.exclude(user=carol).exists()
     # The qa group (bob, and dee for him) no longer decides it; mia does.
     assert approved == (role == "member"), (entry, role, response.status_code)
     if role not in ("member", "anonymous"):
@@ -478,3 +486,104 @@ def test_chat_press(world, action, role, settings, monkeypatch):
         assert bool(fake.calls_of("chat.postEphemeral")) == (not allowed)
     finally:
         fake.stop()
+
+
+# Approval power through the admin: a manager, a delegate, a chat account or a company
+# identity linked to someone decides as them. Each needs a superuser or its own named
+# permission; a staff member holding only the model's plain add or change gets none of it.
+NARROW_PERMS = {"delegate": ("change_preference", "add_preference", "view_preference"),
+                "manager": ("change_preference", "add_preference", "view_preference"),
+                "chat_link": ("add_chatidentity", "view_chatidentity"),
+                "sso_link": ("add_ssoidentity", "view_ssoidentity")}
+NAMED_PERM = {"delegate": "set_approval_power", "manager": "set_approval_power",
+              "chat_link": "link_chat_identity"}
+
+
+def admin_power(world, role, power):
+    """Make `role` bob's delegate / the requester's manager / link a Slack account or a
+    company identity to bob, through the admin; returns whether it took."""
+    from workflows.models import ChatIdentity, SsoIdentity
+
+    me, bob = world["users"].get(role), world["users"]["approver"]
+    client = browser(world, role)
+    if power in ("delegate", "manager"):
+        target = bob if power == "delegate" else world["users"]["requester"]
+        pref, _ = Preference.objects.get_or_create(user=target)
+        carol = bob.__class__.objects.get(username="carol")
+        Preference.objects.filter(pk=pref.pk).update(delegate=carol if pref.delegate_id else None)
+        pref.refresh_from_db()
+        now = timezone.now()
+        away = {"away_from_0": (now - timedelta(hours=1)).strftime("%Y-%m-%d"),
+                "away_from_1": "00:00:00",
+                "away_until_0": (now + timedelta(days=3)).strftime("%Y-%m-%d"),
+                "away_until_1": "00:00:00"} if power == "delegate" else {}
+        client.post(f"/admin/workflows/preference/{pref.pk}/change/", {
+            "user": target.pk, "time_zone": "",
+            "manager": me.pk if power == "manager" and me else "",
+            "delegate": me.pk if power == "delegate" and me else "", **away})
+        pref.refresh_from_db()
+        field = pref.delegate_id if power == "delegate" else pref.manager_id
+        return me is not None and field == me.pk and me.pk != bob.pk
+    if power == "chat_link":
+        client.post("/admin/workflows/chatidentity/add/", {
+            "provider": "slack", "team": "T1", "chat_user": "U-MINE", "name": "bob",
+            "user": bob.pk})
+        return ChatIdentity.objects.filter(chat_user="U-MINE").exists()
+    client.post("/admin/workflows/ssoidentity/add/", {
+        "user": bob.pk, "issuer": "https://id.example", "subject": "mine"})
+    return SsoIdentity.objects.filter(subject="mine").exists()
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("power", ["delegate", "manager", "chat_link", "sso_link"])
+def test_approval_power_through_the_admin(world, role, power):
+    if role == "staff":  # sam holds the model's plain rights, not the named one
+        world["users"]["staff"].user_permissions.add(
+            *Permission.objects.filter(codename__in=NARROW_PERMS[power]))
+    assert admin_power(world, role, power) == (role == "superuser"), (power, role)
+
+
+@pytest.mark.parametrize("power", ["delegate", "manager", "chat_link"])
+def test_the_named_permission_gives_approval_power(world, power):
+    sam = world["users"]["staff"]
+    sam.user_permissions.add(*Permission.objects.filter(
+        codename__in=(*NARROW_PERMS[power], NAMED_PERM[power])))
+    assert admin_power(world, "staff", power)
+
+
+@pytest.mark.parametrize("entry", ["web", "htmx", "api", "command"])
+def test_a_reassignment_that_cannot_be_met_is_refused(world, entry):
+    """The gate needs two approvals: one person (mia) cannot give both."""
+    if entry == "command":
+        with pytest.raises(Exception, match="needs 2 more approvals"):
+            call_command("reassign", str(world["gate"].pk), "qa", "--person", "mia",
+                         "--reason", "mia knows", stdout=io.StringIO())
+    elif entry == "api":
+        response = post_json(api_client(world, "operator"),
+                             f"/api/runs/{world['gate'].pk}/steps/qa/reassign",
+                             {"person": "mia", "reason": "mia knows"})
+        assert response.status_code == 400 and "needs 2 more" in response.json()["error"]
+    else:
+        response = browser(world, "operator", htmx=entry == "htmx").post(
+            f"/runs/{world['gate'].pk}/steps/qa/reassign/",
+            {"person": "mia", "comment": "mia knows"})
+        assert response.status_code == 400 and "needs 2 more" in response.content.decode()
+    assert not EFFECTS["reassign"](world)
+
+
+# Commands act as the system (no person to hand the gate to themselves).
+@pytest.mark.parametrize("entry", ["web", "htmx", "api"])
+def test_an_operator_cannot_reassign_a_gate_to_herself(world, entry):
+    olga = world["users"]["operator"]
+    olga.groups.add(world["users"]["approver"].groups.get())  # she could decide for qa
+    if entry == "api":
+        response = post_json(api_client(world, "operator"),
+                             f"/api/runs/{world['gate'].pk}/steps/qa/reassign",
+                             {"person": "olga", "reason": "mine now"})
+        assert response.status_code == 400 and "themselves" in response.json()["error"]
+    else:
+        response = browser(world, "operator", htmx=entry == "htmx").post(
+            f"/runs/{world['gate'].pk}/steps/qa/reassign/",
+            {"person": "olga", "comment": "mine now"})
+        assert response.status_code == 400 and "themselves" in response.content.decode()
+    assert not EFFECTS["reassign"](world)

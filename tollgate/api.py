@@ -9,12 +9,14 @@ goal services, which check who may act.
 from __future__ import annotations
 
 import json
+from functools import wraps
 from datetime import timedelta
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DataError, IntegrityError
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from django.utils import timezone
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
@@ -27,7 +29,7 @@ from goals.services import OpenRuns
 from tollgate import dbfaults
 from workflows.api import runs, specs, steps, workers
 from workflows.engine import WorkflowError
-from workflows.models import ApiToken
+from workflows.models import ApiToken, SsoIdentity
 from workflows.specs.values import BadValue, check_json
 
 
@@ -35,13 +37,25 @@ class TokenAuth(HttpBearer):
     def authenticate(self, request, token: str):
         found = (ApiToken.objects.select_related("user")
                  .filter(key_hash=ApiToken.hash(token), revoked_at__isnull=True).first())
-        if found is None or not found.user.is_active:
+        if found is None or not found.user.is_active or not vouched_for(found.user):
             return None
         now = timezone.now()
         if found.last_used_at is None or now - found.last_used_at > timedelta(seconds=60):
             ApiToken.objects.filter(pk=found.pk).update(last_used_at=now)
         request.user = found.user
         return found.user
+
+
+def vouched_for(user) -> bool:
+    """Tokens follow sign-on (TOLLGATE_OIDC_TOKENS_FOLLOW_SECONDS): a person with a sign-on
+    identity the provider has not vouched for within that time (no sign-in, no session
+    check: disabled or removed there) has tokens that no longer work until they sign in."""
+    limit = settings.TOLLGATE_OIDC_TOKENS_FOLLOW_SECONDS
+    if not (limit and settings.TOLLGATE_OIDC_ISSUER):
+        return True
+    last = (SsoIdentity.objects.filter(user=user, issuer=settings.TOLLGATE_OIDC_ISSUER)
+            .order_by("-last_sign_in").values_list("last_sign_in", flat=True).first())
+    return last is None or timezone.now() - last <= timedelta(seconds=limit)
 
 
 class BrowserSession(SessionAuth):
@@ -85,8 +99,26 @@ class TollgateAPI(NinjaAPI):
         return f"{module}_{operation.view_func.__name__}".replace(".", "_")
 
 
+def docs_access(view):
+    """The API's description and docs answer a signed-in person or a valid token, and
+    anyone only where TOLLGATE_API_DOCS_PUBLIC says so: they list every route and field."""
+
+    @wraps(view)
+    def guarded(request, *args, **kwargs):
+        header = request.headers.get("Authorization", "")
+        token = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        if (settings.TOLLGATE_API_DOCS_PUBLIC or request.user.is_authenticated
+                or (token and TokenAuth().authenticate(request, token) is not None)):
+            return view(request, *args, **kwargs)
+        return JsonResponse({"error": "Sign in (or send an API token) to read the API's "
+                                      "description: it is not public here "
+                                      "(TOLLGATE_API_DOCS_PUBLIC)."}, status=401)
+
+    return guarded
+
+
 api = TollgateAPI(title="Tollgate API", version="1", auth=[TokenAuth(), BrowserSession()],
-               urls_namespace="api", parser=StrictJson(),
+               urls_namespace="api", parser=StrictJson(), docs_decorator=docs_access,
                description="Start runs, report progress, decide gates and read timelines.")
 
 

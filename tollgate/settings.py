@@ -81,6 +81,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "workflows.sso.middleware.SessionAge",
+    "workflows.sso.middleware.SsoRecheck",
     "workflows.timezones.ViewerTimeZone",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -439,7 +440,17 @@ TOLLGATE_BREAK_GLASS = env_list("TOLLGATE_BREAK_GLASS")
 if TOLLGATE_OIDC_ONLY and not TOLLGATE_OIDC_ISSUER:
     raise ValueError("TOLLGATE_OIDC_ONLY needs TOLLGATE_OIDC_ISSUER")
 # A signed-in session older than this (seconds since sign-in) must sign in again; 0: never.
+# The API's OpenAPI document and docs page for anonymous callers (signed-in people and
+# tokens always read them): on while developing, off in production unless said.
+TOLLGATE_API_DOCS_PUBLIC = env_bool("TOLLGATE_API_DOCS_PUBLIC", DEBUG)
 TOLLGATE_SESSION_MAX_AGE = int(os.environ.get("TOLLGATE_SESSION_MAX_AGE", str(12 * 3600)))
+# A session signed in through the provider is checked there again (prompt=none) this often,
+# so groups removed or a person disabled at the provider take effect within it (0: never).
+TOLLGATE_OIDC_RECHECK_SECONDS = int(os.environ.get("TOLLGATE_OIDC_RECHECK_SECONDS", "900"))
+# An API token of a person who signs in through the provider works only while the provider
+# vouched for them (a sign-in or a check) within this many seconds (0: tokens do not follow).
+TOLLGATE_OIDC_TOKENS_FOLLOW_SECONDS = int(os.environ.get(
+    "TOLLGATE_OIDC_TOKENS_FOLLOW_SECONDS", str(24 * 3600)))
 
 # Slack approvals (workflows/chat): on when both the bot token and the signing secret are set.
 TOLLGATE_SLACK_BOT_TOKEN = os.environ.get("TOLLGATE_SLACK_BOT_TOKEN", "")

@@ -244,6 +244,20 @@ class PreferenceAdmin(admin.ModelAdmin):
     search_fields = ["user__username", "manager__username", "delegate__username"]
     autocomplete_fields = ["user", "manager", "delegate"]
 
+    # A manager or a delegate decides someone else's gates: writing these needs
+    # set_approval_power (superusers hold it), never the model's plain add or change.
+    def _may_set(self, request) -> bool:
+        return request.user.has_perm("workflows.set_approval_power")
+
+    def has_add_permission(self, request):
+        return self._may_set(request)
+
+    def has_change_permission(self, request, obj=None):
+        return self._may_set(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return self._may_set(request)
+
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
@@ -375,10 +389,18 @@ class SsoIdentityAdmin(admin.ModelAdmin):
     list_display = ["user", "issuer", "subject", "email", "email_verified", "last_sign_in"]
     list_select_related = ["user"]
     search_fields = ["user__username", "subject", "email"]
-    readonly_fields = [f.name for f in SsoIdentity._meta.fields]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in SsoIdentity._meta.fields] if obj is not None else []
+
+    def get_fields(self, request, obj=None):
+        return ["user", "issuer", "subject"] if obj is None else [
+            f.name for f in SsoIdentity._meta.fields if f.name != "id"]
 
     def has_add_permission(self, request):
-        return False
+        # Linking a company identity to an account signs that identity in as it: only a
+        # superuser does it, as sign-on itself never joins an admin's account.
+        return request.user.is_superuser
 
     def has_change_permission(self, request, obj=None):
         return False
@@ -399,6 +421,14 @@ class ChatIdentityAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False  # a link is made or removed, never moved to someone else
+
+    # A linked account decides as its person: linking needs link_chat_identity (superusers
+    # hold it), never the model's plain add.
+    def has_add_permission(self, request):
+        return request.user.has_perm("workflows.link_chat_identity")
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.has_perm("workflows.link_chat_identity")
 
     def save_model(self, request, obj, form, change):
         obj.matched_by = "admin"

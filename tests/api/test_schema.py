@@ -7,6 +7,7 @@ import os
 import pytest
 import schemathesis
 from django.db import transaction
+from django.test import override_settings
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
@@ -14,7 +15,10 @@ from schemathesis.specs.openapi.checks import response_schema_conformance, statu
 from tests.workflows.helpers import work
 from tollgate.wsgi import application
 
-schema = schemathesis.openapi.from_wsgi("/api/openapi.json", application)
+# The document is not public by default (TOLLGATE_API_DOCS_PUBLIC): read it as a
+# deployment that publishes it would.
+with override_settings(TOLLGATE_API_DOCS_PUBLIC=True):
+    schema = schemathesis.openapi.from_wsgi("/api/openapi.json", application)
 
 
 @schema.hook

@@ -21,17 +21,29 @@ def find(provider: str, team: str, chat_user: str) -> ChatIdentity | None:
             .filter(provider=provider, team=team, chat_user=chat_user).first())
 
 
-def match_by_email(chat, team: str, chat_user: str, name: str) -> ChatIdentity | None:
+def match_by_email(provider: str, team: str, chat_user: str, name: str,
+                   email: str) -> ChatIdentity | None:
     """Link the account to the one person whose sign-on identity has the same verified
     e-mail as the chat platform gives (None when there is not exactly one)."""
-    email = chat.email_of(chat_user)
     if not email:
         return None
     users = {i.user_id: i.user for i in SsoIdentity.objects.select_related("user").filter(
         email__iexact=email, email_verified=True, user__is_active=True)}
     if len(users) != 1:
         return None
-    return _link(chat.name, team, chat_user, name, next(iter(users.values())), "email")
+    return _link(provider, team, chat_user, name, next(iter(users.values())), "email")
+
+
+def verified_emails(user) -> set[str]:
+    """The e-mails someone vouched for as this person's, lower-cased: those the sign-on
+    provider verified, and the account's own e-mail where no provider speaks for the person
+    (an admin wrote it; sign-on writes only verified e-mails)."""
+    found = {e.lower() for e in SsoIdentity.objects.filter(user=user, email_verified=True)
+             .values_list("email", flat=True) if e}
+    has_identity = SsoIdentity.objects.filter(user=user).exists()
+    if user.email and not has_identity:
+        found.add(user.email.lower())
+    return found
 
 
 def _link(provider, team, chat_user, name, user, how) -> ChatIdentity | None:
@@ -50,24 +62,26 @@ class LinkRequest:
     team: str
     chat_user: str
     name: str
+    email: str  # as the chat platform reported it when the link was made
 
 
 class BadLink(ValueError):
     pass
 
 
-def link_url(provider: str, team: str, chat_user: str, name: str) -> str:
+def link_url(provider: str, team: str, chat_user: str, name: str, email: str) -> str:
     """A signed link (a day long) the person opens while signed in to Tollgate to confirm
     that this chat account is theirs."""
-    token = signing.dumps({"p": provider, "t": team, "u": chat_user, "n": name}, salt=SALT,
-                          compress=True)
+    token = signing.dumps({"p": provider, "t": team, "u": chat_user, "n": name, "e": email},
+                          salt=SALT, compress=True)
     return f"{settings.TOLLGATE_BASE_URL}{reverse('chat_link', args=[token])}"
 
 
 def read_link(token: str) -> LinkRequest:
     try:
         data = signing.loads(token, salt=SALT, max_age=LINK_SECONDS)
-        return LinkRequest(data["p"], data["t"], data["u"], data.get("n", ""))
+        return LinkRequest(data["p"], data["t"], data["u"], data.get("n", ""),
+                           data.get("e", ""))
     except signing.SignatureExpired:
         raise BadLink("This link expired: press the button in chat again for a new one.") \
             from None
@@ -76,9 +90,26 @@ def read_link(token: str) -> LinkRequest:
             from None
 
 
+def refusal(request: LinkRequest, user) -> str:
+    """Why this person may not confirm the link ("" when they may): the chat platform must
+    report, for that account, an e-mail vouched for as theirs. A link forwarded to someone
+    else (a phished "please click this") links nothing."""
+    if not request.email:
+        return (f"{request.provider.capitalize()} reports no e-mail for this account, so "
+                "Tollgate cannot tell whose it is: ask an admin to link it (admin, Chat "
+                "identities).")
+    if request.email.lower() not in verified_emails(user):
+        return (f"{request.provider.capitalize()} reports this account's e-mail as "
+                f"{request.email}, which is not yours in Tollgate: only its owner can link "
+                "it. If it is yours, ask an admin to link it (admin, Chat identities).")
+    return ""
+
+
 def confirm(request: LinkRequest, user) -> ChatIdentity:
-    """Link the chat account to this user. Once linked, the link is spent: it cannot move
-    the account to someone else."""
+    """Link the chat account to this user, if the platform's e-mail for it is theirs. Once
+    linked, the link is spent: it cannot move the account to someone else."""
+    if problem := refusal(request, user):
+        raise BadLink(problem)
     identity = _link(request.provider, request.team, request.chat_user, request.name, user,
                      "link")
     if identity is None or identity.user_id != user.pk:

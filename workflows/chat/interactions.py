@@ -90,11 +90,13 @@ def receive(chat, headers, body: bytes) -> tuple[dict | None, int | None]:
 
 
 def _decide(chat, press: Press) -> str:
-    identity = (identities.find(chat.name, press.team, press.chat_user)
-                or identities.match_by_email(chat, press.team, press.chat_user,
-                                             press.chat_name))
+    identity = identities.find(chat.name, press.team, press.chat_user)
+    email = "" if identity else chat.email_of(press.chat_user)
+    identity = identity or identities.match_by_email(chat.name, press.team, press.chat_user,
+                                                     press.chat_name, email)
     if identity is None:
-        url = identities.link_url(chat.name, press.team, press.chat_user, press.chat_name)
+        url = identities.link_url(chat.name, press.team, press.chat_user, press.chat_name,
+                                  email)
         chat.tell(press.channel, press.chat_user,
                   "Tollgate does not know which of its users you are, so nothing was "
                   f"recorded. Open this link while signed in to Tollgate to link your "

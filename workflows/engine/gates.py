@@ -282,6 +282,37 @@ def decide_many(step_ids: list[int], *, user, decision: str, comment: str = ""
     return decided, refused
 
 
+def _check_can_be_met(run, step, rule, actor, *, group: str, person) -> None:
+    """A reassignment must leave the rule enough people who may fill it: not the operator
+    who reassigns it (no one hands a gate to themselves), not the requester (unless the
+    rule allows it), not anyone who decided this attempt already. InvalidInput says how
+    many it needs and how many it would have."""
+    from django.contrib.auth import get_user_model
+
+    if person is not None and permissions.is_person(actor) and person.pk == actor.pk:
+        raise InvalidInput(f"{actor.get_username()} cannot reassign {step.key} to "
+                           "themselves: an operator hands a gate to someone else.")
+    needed = rule.required - rule.approvals
+    excluded = permissions.decided_people(step)
+    if permissions.is_person(actor):
+        excluded.add(actor.pk)
+    if not rule.allow_self_approval and run.requested_by_id:
+        excluded.add(run.requested_by_id)
+    if person is not None:
+        eligible = 0 if person.pk in excluded else 1
+        whom = person.get_username()
+    else:
+        eligible = (get_user_model().objects.filter(groups__name=group, is_active=True)
+                    .exclude(pk__in=excluded).distinct().count())
+        whom = f"the {group} group"
+    if eligible < needed:
+        raise InvalidInput(
+            f"{step.key} ({rule.label}) needs {needed} more approval"
+            f"{'s' if needed != 1 else ''} from distinct people; {whom} would leave "
+            f"{eligible} who may give one (not the requester, not whoever reassigns it, not "
+            "those who decided already): reassign it to a group with enough people.")
+
+
 def reassign_gate(run, key: str, *, actor, reason: str, group: str = "", person=None,
                   rule: str = "") -> Checkpoint:
     """An operator points a waiting gate at another group or person (`group`, or `person`:
@@ -328,6 +359,7 @@ def reassign_gate(run, key: str, *, actor, reason: str, group: str = "", person=
                 and not target.allow_self_approval):
             raise InvalidInput(f"{person.get_username()} requested run {state.run.pk} and "
                                "cannot decide its gate: reassign it to someone else.")
+        _check_can_be_met(state.run, step, target, actor, group=group, person=person)
         before = policy.retarget(target, group=group, user=person)
         policy.summarize(step, rules)
         now = clock.now()

@@ -82,6 +82,9 @@ class Preference(models.Model):
                                           "manager.")
 
     class Meta:
+        # The model's plain change permission is not enough to give approval power: a manager
+        # or a delegate decides someone else's gates.
+        permissions = [("set_approval_power", "Can set anyone's manager and delegate")]
         constraints = [
             models.CheckConstraint(condition=~models.Q(delegate=models.F("user")),
                                    name="preference_delegate_not_self"),
@@ -167,6 +170,8 @@ class ChatIdentity(models.Model):
 
     class Meta:
         verbose_name_plural = "chat identities"
+        # A chat account linked to someone decides as them: its own permission, not add.
+        permissions = [("link_chat_identity", "Can link a chat account to anyone")]
         constraints = [models.UniqueConstraint(fields=["provider", "team", "chat_user"],
                                                name="chat_identity_one_per_account")]
 

@@ -44,3 +44,27 @@ def command_user(app_configs, **kwargs):
                         "needs root (or CAP_SETUID and CAP_SETGID) to run commands as another "
                         "account.", id="tollgate.W002")]
     return []
+
+
+@register(Tags.security, deploy=True)
+def sign_on_issuer(app_configs, **kwargs):
+    """The provider's discovery document, keys and tokens travel from the issuer: over plain
+    HTTP anyone on the path could sign people in as anyone."""
+    issuer = settings.TOLLGATE_OIDC_ISSUER
+    if issuer and urlsplit(issuer).scheme != "https":
+        return [Error(f"TOLLGATE_OIDC_ISSUER {issuer!r} is not https: the provider's keys and "
+                      "tokens would travel in clear, and anyone on the way could sign in as "
+                      "anyone.", hint="Use the provider's https:// issuer URL.",
+                      id="tollgate.E003")]
+    return []
+
+
+@register(Tags.security, deploy=True)
+def api_docs(app_configs, **kwargs):
+    """The API's description tells an anonymous caller every route and field."""
+    if settings.TOLLGATE_API_DOCS_PUBLIC:
+        return [Warning("TOLLGATE_API_DOCS_PUBLIC is on: anyone can read the API's "
+                        "description and docs without signing in.",
+                        hint="Leave it off in production; signed-in people still read them.",
+                        id="tollgate.W003")]
+    return []

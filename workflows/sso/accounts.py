@@ -49,25 +49,53 @@ def _username(claims: dict) -> str:
 
 
 def _set_manager(user, claimed) -> None:
-    """The person's manager as the provider names them (by e-mail): the one active account
-    with that e-mail, else none. The provider is the source of truth: no claim, no manager."""
+    """The person's manager as the provider names them (by e-mail): the one active person
+    whose sign-on identity has that e-mail verified by the provider, else none. Account
+    e-mails are not asked: an admin or an unverified claim may have written those. The
+    provider is the source of truth: no claim, no manager."""
     manager = None
     if isinstance(claimed, str) and claimed.strip():
-        found = list(get_user_model().objects.filter(
-            email__iexact=claimed.strip(), is_active=True).exclude(pk=user.pk)[:2])
-        manager = found[0] if len(found) == 1 else None
+        found = {identity.user_id: identity.user for identity in SsoIdentity.objects
+                 .select_related("user").filter(email__iexact=claimed.strip(),
+                                                 email_verified=True, user__is_active=True)
+                 .exclude(user=user)[:2]}
+        manager = next(iter(found.values())) if len(found) == 1 else None
     Preference.objects.update_or_create(user=user, defaults={"manager": manager})
+
+
+def privileged(user) -> bool:
+    """An account a first sign-on never links to by e-mail: staff, superusers and the
+    break-glass accounts. An admin links those by hand (admin "SSO identities")."""
+    return user.is_staff or user.is_superuser or (
+        user.get_username() in settings.TOLLGATE_BREAK_GLASS)
+
+
+def _linkable(email: str, verified: bool):
+    """The one existing account a first sign-on joins: the only one with this e-mail, when
+    the provider verified it and the account is not privileged; else None (a new account)."""
+    if not (email and verified):
+        return None
+    same = list(get_user_model().objects.filter(email__iexact=email)[:2])
+    if len(same) != 1:
+        return None
+    if privileged(same[0]):
+        raise SignInRefused(
+            f"Your company identity has the e-mail of {same[0].get_username()}, an "
+            "administrator's account, which sign-on never joins by itself: ask an admin to "
+            "link it (admin, SSO identities).")
+    return same[0]
 
 
 def sign_in_user(claims: dict, issuer: str):
     """The user these claims name, made or updated, with their groups in step; in one
-    transaction. Found by (issuer, sub); on first sign-in, linked to the one existing account
-    with the same verified e-mail, else a new account."""
+    transaction. Found by (issuer, sub); on first sign-in, linked to the one existing
+    account with the same verified e-mail (never a privileged one), else a new account.
+    An e-mail the provider does not vouch for is never written, linked or matched."""
     User = get_user_model()
     subject = str(claims.get("sub") or "")
     if not subject:
         raise SignInRefused("The provider's answer names nobody (no sub claim).")
-    email = str(claims.get("email") or "")
+    email = str(claims.get("email") or "").strip()
     verified = claims.get("email_verified") is True
     with transaction.atomic():
         identity = (SsoIdentity.objects.select_for_update().select_related("user")
@@ -75,16 +103,16 @@ def sign_in_user(claims: dict, issuer: str):
         if identity is not None:
             user = identity.user
         else:
-            same = list(User.objects.filter(email__iexact=email)[:2]) if (email and verified) \
-                else []
-            user = same[0] if len(same) == 1 else User.objects.create_user(
-                _username(claims), email=email)
-            if len(same) != 1:
+            user = _linkable(email, verified)
+            if user is None:
+                user = User.objects.create_user(_username(claims),
+                                                email=email if verified else "")
                 user.set_unusable_password()
             identity = SsoIdentity(user=user, issuer=issuer, subject=subject)
         if not user.is_active:
             raise SignInRefused(f"The account {user.get_username()} is disabled in Tollgate.")
-        user.email = email or user.email
+        if verified and email:
+            user.email = email
         user.first_name = str(claims.get("given_name") or user.first_name)[:150]
         user.last_name = str(claims.get("family_name") or user.last_name)[:150]
         user.save()
@@ -95,10 +123,10 @@ def sign_in_user(claims: dict, issuer: str):
             user.groups.remove(*Group.objects.filter(name__in=dropped))
         for name in sorted(wanted - current):
             user.groups.add(Group.objects.get_or_create(name=name)[0])
-        if settings.TOLLGATE_OIDC_MANAGER_CLAIM:
-            _set_manager(user, claims.get(settings.TOLLGATE_OIDC_MANAGER_CLAIM))
-        identity.email, identity.email_verified = email, verified
+        identity.email, identity.email_verified = (email, True) if verified else ("", False)
         identity.groups = sorted(wanted)
         identity.last_sign_in = timezone.now()
         identity.save()
+        if settings.TOLLGATE_OIDC_MANAGER_CLAIM:
+            _set_manager(user, claims.get(settings.TOLLGATE_OIDC_MANAGER_CLAIM))
     return user

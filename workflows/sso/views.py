@@ -4,8 +4,11 @@ where it offers one."""
 from __future__ import annotations
 
 import logging
+import time
 
+import requests
 from authlib.integrations.base_client import OAuthError
+from authlib.common.errors import AuthlibBaseError
 from django.conf import settings
 from django.contrib import auth
 from django.contrib.auth import views as auth_views
@@ -15,6 +18,8 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
+from joserfc.errors import JoseError
+
 
 from . import provider
 from .accounts import SignInRefused, password_allowed, sign_in_user
@@ -23,6 +28,15 @@ log = logging.getLogger(__name__)
 
 NEXT = "tollgate_sso_next"
 ID_TOKEN = "tollgate_sso_id_token"
+# When the provider last vouched for this session's person (see middleware.SsoRecheck), and
+# whether the round trip under way is such a check (prompt=none: no page at the provider).
+CHECKED_AT = "tollgate_sso_checked_at"
+RECHECK = "tollgate_sso_recheck"
+
+# What a provider's answer can fail with: its error, a token that does not verify or does
+# not parse, a network failure, a malformed document.
+TOKEN_ERRORS = (OAuthError, JoseError, AuthlibBaseError, requests.RequestException,
+                ValueError, KeyError, TypeError, RuntimeError)
 
 
 def _absolute(request, name: str) -> str:
@@ -63,7 +77,11 @@ def sign_in(request):
     if not provider.enabled():
         raise Http404("Single sign-on is not set up.")
     request.session[NEXT] = request.GET.get("next", "")
-    return provider.client().authorize_redirect(request, _absolute(request, "sso_callback"))
+    recheck = request.GET.get("recheck") == "1" and request.user.is_authenticated
+    request.session[RECHECK] = recheck
+    extra = {"prompt": "none"} if recheck else {}
+    return provider.client().authorize_redirect(request, _absolute(request, "sso_callback"),
+                                                **extra)
 
 
 def _refused(request, problem: str, status: int = 400):
@@ -73,30 +91,70 @@ def _refused(request, problem: str, status: int = 400):
         "sso_only": settings.TOLLGATE_OIDC_ONLY, "sso_problem": problem}, status=status)
 
 
+def provider_claims(client, token: dict) -> dict:
+    """The person the provider vouches for: the ID token's checked claims, completed from
+    userinfo when the ID token lacks the groups claim. Userinfo must name the ID token's
+    subject (OpenID Connect Core 5.3.2), or nothing of it is believed."""
+    claims = dict(token.get("userinfo") or {})
+    if not claims.get("sub"):
+        raise SignInRefused("The provider sent no ID token, so nobody can be signed in.")
+    if settings.TOLLGATE_OIDC_GROUPS_CLAIM not in claims:
+        extra = dict(client.userinfo(token=token))
+        if str(extra.get("sub") or "") != str(claims["sub"]):
+            raise SignInRefused("The provider's userinfo names another person than its ID "
+                                "token; nobody was signed in.")
+        claims = {**extra, **claims}
+    return claims
+
+
+def _recheck_ended(request, problem: str):
+    """A session's check at the provider failed: the session ends here too."""
+    log.info("Sign-on check ended the session of %s: %s", request.user, problem)
+    auth.logout(request)
+    return _refused(request, "Your company sign-in has ended or changed, so your Tollgate "
+                             "session ended too: sign in again.", status=403)
+
+
 @login_not_required
 @require_GET
 def callback(request):
     """The provider sends the person back here with a code: exchanged for tokens, the ID
-    token checked, the account made or updated, and the person signed in."""
+    token checked, the account made or updated, and the person signed in. Every answer that
+    does not verify is a sign-in error on the sign-in page, never a server error."""
     if not provider.enabled():
         raise Http404("Single sign-on is not set up.")
     client = provider.client()
+    recheck = request.session.pop(RECHECK, False) and request.user.is_authenticated
     try:
         token = client.authorize_access_token(request)
-        claims = dict(token.get("userinfo") or {})
-        if settings.TOLLGATE_OIDC_GROUPS_CLAIM not in claims:
-            claims.update(client.userinfo(token=token))
+        claims = provider_claims(client, token)
+        if recheck and not _same_person(request, claims):
+            return _recheck_ended(request, "another person came back from the provider")
         user = sign_in_user(claims, settings.TOLLGATE_OIDC_ISSUER)
-    except OAuthError as exc:
+    except TOKEN_ERRORS as exc:
+        if recheck:
+            return _recheck_ended(request, str(exc))
         log.warning("Sign-on refused: %s", exc)
-        return _refused(request, f"The sign-in did not complete: {exc.description or exc}. "
-                                 "Try again.")
+        described = getattr(exc, "description", None) or str(exc) or type(exc).__name__
+        return _refused(request, f"The sign-in did not complete: {described}. Try again.")
     except SignInRefused as exc:
+        if recheck:
+            return _recheck_ended(request, str(exc))
         return _refused(request, str(exc), status=403)
     target = _safe_next(request, request.session.pop(NEXT, ""))
-    auth.login(request, user, backend="workflows.sso.backends.PasswordBackend")
+    if not recheck:
+        auth.login(request, user, backend="workflows.sso.backends.PasswordBackend")
     request.session[ID_TOKEN] = token.get("id_token", "")
+    request.session[CHECKED_AT] = int(time.time())
     return redirect(target)
+
+
+def _same_person(request, claims: dict) -> bool:
+    from workflows.models import SsoIdentity
+
+    return SsoIdentity.objects.filter(
+        issuer=settings.TOLLGATE_OIDC_ISSUER, subject=str(claims.get("sub") or ""),
+        user=request.user).exists()
 
 
 @require_POST

@@ -142,13 +142,30 @@ def test_unmatched_and_ineligible_people_are_refused_privately(slack, people):
     assert note["user"] == "U-ERIN" and note["channel"] == "C-QA"
     link = next(w for w in note["text"].split() if "/chat/link/" in w)
 
-    # Erin links her account, signed in; the link cannot then move it to someone else.
+    # Slack reports no e-mail for U-ERIN: nobody can confirm the link but an admin.
     erin = Client()
     erin.force_login(people["erin"])
     path = link.split(slack.url.split("/chat")[0])[1]
-    assert "asks to act as you" in erin.get(path).content.decode()
+    page = erin.get(path)
+    assert page.status_code == 403 and "reports no e-mail" in page.content.decode()
+    assert erin.post(path).status_code == 403 and not ChatIdentity.objects.exists()
+
+    # With her e-mail reported, the page shows what will be linked and what it allows.
+    slack.emails["U-ERIN"] = "Erin@acme.test"
+    people["erin"].email = "erin@acme.test"
+    people["erin"].save()
+    slack.press(slack.url, button(gate, "approve", "U-ERIN", "erin"))
+    assert handle(slack) == ["not linked"]
+    text = slack.calls_of("chat.postEphemeral")[-1]["text"]
+    path = next(w for w in text.split() if "/chat/link/" in w).split(
+        slack.url.split("/chat")[0])[1]
+    page = erin.get(path).content.decode()
+    for shown in ("T0ACME", "U-ERIN", "@erin", "Erin@acme.test", "asks to act as you",
+                  "decide gates under your name"):
+        assert shown in page
     assert erin.post(path).status_code == 200
     assert ChatIdentity.objects.get(chat_user="U-ERIN").user == people["erin"]
+    # The link cannot then move the account to someone else.
     dave = Client()
     dave.force_login(people["dave"])
     assert dave.post(path).status_code == 409
@@ -164,6 +181,31 @@ def test_unmatched_and_ineligible_people_are_refused_privately(slack, people):
                                 user=people["alice"], matched_by="link")
     slack.press(slack.url, button(gate, "approve", "U-ALICE", "alice"))
     assert handle(slack)[0].startswith("refused:")
+    assert not Approval.objects.exists()
+
+
+def test_a_phished_link_links_nothing(slack, people):
+    """Mallory names her Slack account "bob" and sends bob her link: the page shows her
+    user id and e-mail, and bob cannot confirm it, so she never decides as him."""
+    run, gate = gate_waiting(people, month="November")
+    people["bob"].email = "bob@acme.test"
+    people["bob"].save()
+    slack.emails["U-MALLORY"] = "mallory@evil.test"
+    slack.press(slack.url, button(gate, "approve", "U-MALLORY", "bob"))
+    assert handle(slack) == ["not linked"]
+    text = slack.calls_of("chat.postEphemeral")[-1]["text"]
+    path = next(w for w in text.split() if "/chat/link/" in w).split(
+        slack.url.split("/chat")[0])[1]
+    bob = Client()
+    bob.force_login(people["bob"])
+    page = bob.get(path)
+    body = page.content.decode()
+    assert page.status_code == 403
+    assert "U-MALLORY" in body and "mallory@evil.test" in body and "not yours" in body
+    assert bob.post(path).status_code == 403
+    assert not ChatIdentity.objects.exists()
+    slack.press(slack.url, button(gate, "approve", "U-MALLORY", "bob"))
+    assert handle(slack) == ["not linked"]
     assert not Approval.objects.exists()
 
 

@@ -44,9 +44,14 @@ def chat_link(request, token: str):
             existing = identities.confirm(link, request.user)
         except identities.BadLink as exc:
             return render(request, "workflows/chat_link.html",
-                          {"link": link, "problem": str(exc)}, status=409)
+                          {"link": link, "problem": str(exc)},
+                          status=409 if identities.find(link.provider, link.team,
+                                                        link.chat_user) else 403)
         return render(request, "workflows/chat_link.html", {"link": link, "linked": existing})
     if existing is not None and existing.user_id != request.user.pk:
         return render(request, "workflows/chat_link.html", {"link": link, "problem": (
             "That chat account already acts as another Tollgate user.")}, status=409)
+    if existing is None and (problem := identities.refusal(link, request.user)):
+        return render(request, "workflows/chat_link.html", {"link": link, "problem": problem},
+                      status=403)
     return render(request, "workflows/chat_link.html", {"link": link, "linked": existing})
