@@ -9,8 +9,8 @@ goal services, which check who may act.
 from __future__ import annotations
 
 import json
-from functools import wraps
 from datetime import timedelta
+from functools import wraps
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig

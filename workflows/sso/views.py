@@ -7,8 +7,8 @@ import logging
 import time
 
 import requests
-from authlib.integrations.base_client import OAuthError
 from authlib.common.errors import AuthlibBaseError
+from authlib.integrations.base_client import OAuthError
 from django.conf import settings
 from django.contrib import auth
 from django.contrib.auth import views as auth_views
@@ -19,7 +19,6 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from joserfc.errors import JoseError
-
 
 from . import provider
 from .accounts import SignInRefused, password_allowed, sign_in_user
