@@ -9,11 +9,13 @@ from workflows import engine, permissions
 from workflows.delivery.notifications import messages_for
 from workflows.delivery.outbox import notification_events
 from workflows.engine import Announcement
+from workflows.errors import InvalidInput
 from workflows.models import Approval, Checkpoint, GateRule, Preference
 from workflows.specs.storage import store_spec
 from workflows.specs.validation import SpecError, validate_spec
 
 from ..conftest import make_user
+from .helpers import work
 
 pytestmark = pytest.mark.django_db
 
@@ -26,7 +28,7 @@ PAYMENT = {"name": "payment", "params": [{"name": "amount", "type": "number"}], 
 ]}
 
 DEPLOY = {"name": "deploy", "steps": [
-    {"key": "target", "title": "Choose target"},
+    {"key": "target", "title": "Choose target", "run": {"command": ["true"]}},
     {"key": "go", "title": "Deploy", "depends_on": ["target"], "approval": {"rules": [
         {"group": "release", "required": 2, "label": "two release managers",
          "when": {"state": "env", "equals": "production"}},
@@ -126,11 +128,9 @@ class TestRulesMatchTheRun:
     def test_rules_over_state_read_it_when_the_gate_opens(self, team):
         spec = store_spec(DEPLOY)[0]
         prod = engine.open_run(spec, actor=team["rita"]).run
-        engine.record_transition(prod, "target", step_status="completed",
-                                 state_patch={"env": "production"})
+        work(prod, "target", state_patch={"env": "production"})
         staging = engine.open_run(spec, actor=team["rita"]).run
-        engine.record_transition(staging, "target", step_status="completed",
-                                 state_patch={"env": "staging"})
+        work(staging, "target", state_patch={"env": "staging"})
         assert [(r.label, r.required) for r in rules_of(prod, "go")] == [
             ("two release managers", 2), ("on call", 1)]
         assert [(r.label, r.required) for r in rules_of(staging, "go")] == [
@@ -143,6 +143,61 @@ class TestRulesMatchTheRun:
         assert status(prod, "go") == "waiting_approval"  # one release manager short
         engine.approve(prod, "go", user=team["rel2"])
         assert status(prod, "go") == "completed"
+
+    def test_rules_fail_closed_on_a_missing_or_mistyped_value(self, team):
+        spec = store_spec(DEPLOY)[0]
+        missing = engine.open_run(spec, actor=team["rita"]).run
+        work(missing, "target", state_patch={})
+        mistyped = engine.open_run(spec, actor=team["rita"]).run
+        work(mistyped, "target", state_patch={"env": ["production"]})
+        for run in (missing, mistyped):
+            labels = [r.label for r in rules_of(run, "go")]
+            assert "two release managers" in labels, labels
+        risky = store_spec({"name": "risky", "params": [
+            {"name": "risk", "type": "string", "required": False}], "steps": [
+            {"key": "ok", "approval": {"rules": [
+                {"group": "leads"},
+                {"group": "finance", "when": {"params": "risk", "gt": 50}}]}}]})[0]
+        for params in ({}, {"risk": "90"}):
+            run = engine.open_run(risky, actor=team["rita"], params=params).run
+            assert [r.group for r in rules_of(run, "ok")] == ["leads", "finance"], params
+
+    def test_what_the_rules_read_cannot_be_rewritten(self, team):
+        """staging passed with one lead; the requester then tried to make it production."""
+        spec = store_spec({**DEPLOY, "name": "deploy2", "steps": [
+            *DEPLOY["steps"],
+            {"key": "report", "depends_on": ["go"]},
+            {"key": "prod", "depends_on": ["report"], "run": {"command": ["true"]},
+             "when": {"state": "env", "equals": "production"}}]})[0]
+        run = engine.open_run(spec, actor=team["rita"]).run
+        work(run, "target", state_patch={"env": "staging"})
+        engine.approve(run, "go", user=team["rel1"])
+        engine.approve(run, "go", user=team["onc"])
+        for mode, patch in (("merge", {"env": "production"}),
+                            ("replace", {"env": "production"}), ("replace", {})):
+            with pytest.raises(InvalidInput, match="'env'"):
+                engine.record_transition(run, "report", step_status="completed",
+                                         state_patch=patch, actor=team["rita"],
+                                         shared_state_mode=mode)
+        engine.record_transition(run, "report", step_status="completed", actor=team["rita"],
+                                 state_patch={"notes": "fine"})
+        assert status(run, "prod") == "skipped"
+
+    def test_a_report_cannot_overwrite_what_a_worker_computed_for_the_rules(self, team):
+        spec = store_spec({"name": "risk", "steps": [
+            {"key": "score", "run": {"command": ["true"]}},
+            {"key": "explain", "depends_on": ["score"]},
+            {"key": "ok", "depends_on": ["explain"], "approval": {"rules": [
+                {"group": "leads"},
+                {"group": "finance", "when": {"state": "risk", "gt": 50}}]}}]})[0]
+        run = engine.open_run(spec, actor=team["rita"]).run
+        work(run, "score", state_patch={"risk": 90})
+        with pytest.raises(InvalidInput, match="'risk'"):
+            engine.record_transition(run, "explain", step_status="completed",
+                                     state_patch={"risk": 1}, actor=team["rita"])
+        engine.record_transition(run, "explain", step_status="completed", actor=team["rita"],
+                                 state_patch={"risk": 90, "why": "big change"})  # unchanged
+        assert [r.group for r in rules_of(run, "ok")] == ["leads", "finance"]
 
     def test_one_person_counts_toward_one_rule_only(self, team):
         spec = store_spec(PAYMENT)[0]
@@ -252,6 +307,13 @@ class TestManagerRule:
         settings.TOLLGATE_OIDC_MANAGER_CLAIM = "manager_email"
         claims = {"sub": "r-1", "email": "rita@example.com", "email_verified": True,
                   "manager_email": "BOSS@example.com"}
+        # The manager is found by the e-mail the provider verified for them, not by an
+        # account's e-mail (anyone's unverified claim or an admin's typo could set that).
+        assert team["boss"].email == "boss@example.com"
+        rita = sign_in_user(claims, "https://idp.example")
+        assert Preference.objects.get(user=rita).manager is None
+        sign_in_user({"sub": "b-1", "email": "boss@example.com", "email_verified": True},
+                     "https://idp.example")
         rita = sign_in_user(claims, "https://idp.example")
         assert rita == team["rita"]
         assert Preference.objects.get(user=rita).manager == team["boss"]

@@ -295,3 +295,27 @@ class TestDecidedValuesStand:
         engine.approve(run, "qa", user=people["carol"], values={"rollout": "canary"})
         run.refresh_from_db()
         assert run.shared_state["qa"] == {"rollout": "canary"}
+
+    def test_an_approval_that_leaves_the_form_empty_still_takes_its_key(self, people):
+        """An optional field left empty: the requester's value (before or after) must not
+        stand in for the approver's choice."""
+        store_spec({"name": "optional", "steps": [
+            {"key": "prep"},
+            {"key": "qa", "depends_on": ["prep"], "approval": {"group": "qa", "form": [
+                {"name": "rollout", "type": "choice", "options": ["canary", "full"]}]}},
+            {"key": "notes", "depends_on": ["qa"]},
+            {"key": "full", "depends_on": ["notes"],
+             "when": {"state": "qa.rollout", "equals": "full"},
+             "run": {"callable": "workflows.callables.noop"}}]})
+        run = engine.open_run("optional", actor=people["bob"]).run
+        engine.record_transition(run, "prep", actor=people["bob"], step_status="completed",
+                                 state_patch={"qa": {"rollout": "full"}})
+        engine.approve(run, "qa", user=people["carol"], values={})
+        run.refresh_from_db()
+        assert run.shared_state["qa"] == {}
+        with pytest.raises(engine.InvalidInput, match="gate 'qa'"):
+            engine.record_transition(run, "notes", actor=people["bob"],
+                                     step_status="completed",
+                                     state_patch={"qa": {"rollout": "full"}})
+        engine.record_transition(run, "notes", actor=people["bob"], step_status="completed")
+        assert status(run)["full"] == "skipped"

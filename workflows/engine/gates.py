@@ -135,7 +135,9 @@ def approve(run, key: str, *, user, comment: str = "", values: dict | None = Non
         opened = policy.count(rule, rules, Decision.APPROVE, now)
         policy.summarize(step, rules)
         patch = {}
-        if filled:
+        if step.config.get("approval", {}).get("form"):
+            # Every approval of a gate with a form takes its key, filled or not, so no value
+            # of the requester's (before or after) stands in for an approver's choice.
             # Earlier approvers' values stand beside these; anything else under the key
             # was not an approver's, and goes.
             shared = state.run.shared_state or {}

@@ -88,15 +88,44 @@ def replace_state(run: Run, state: dict) -> dict:
 
 
 def reserve_key(run: Run, key: str) -> None:
-    """The gate `key` has written its approvers' values: no other patch may change them."""
+    """Nobody's patch may change the state key `key` any more (but the gate of that key,
+    which writes its approvers' values): a gate's approvers wrote it, or a gate's rules
+    read it when the gate started waiting."""
     if key not in decided_keys(run):
         run.decided_keys = " ".join(sorted(decided_keys(run) | {key}))
 
 
 def _decided_refusal(keys: list[str]) -> str:
     names = ", ".join(repr(key) for key in keys)
-    return (f"state_patch may not change {names}: what the approvers of gate {names} chose "
-            "is kept as they decided it.")
+    return (f"state_patch may not change {names}: it is fixed by approval (what the "
+            f"approvers of gate {names} chose, or what a gate's approval rules read when it "
+            "started waiting), and kept as it was decided.")
+
+
+def policy_keys(run: Run) -> set[str]:
+    """The shared-state keys any gate of the run reads in its approval rules."""
+    keys = set()
+    for config in Step.objects.filter(run=run, kind="approval").values_list("config",
+                                                                            flat=True):
+        keys |= policy.state_read(config or {})
+    return keys
+
+
+def require_not_policy(run: Run, patch, *, replace: bool = False) -> None:
+    """A person's or an agent's report may not write what a gate's approval rules read:
+    those values come from the run's params and its worker steps, so the requester cannot
+    choose who approves. InvalidInput names the keys."""
+    if not isinstance(patch, dict) or not patch and not replace:
+        return
+    shared = run.shared_state or {}
+    keys = policy_keys(run)
+    touched = sorted(k for k in keys if (k in patch and patch[k] != shared.get(k, object()))
+                     or (replace and k in shared and k not in patch))
+    if touched:
+        names = ", ".join(repr(key) for key in touched)
+        raise InvalidInput(f"state_patch may not change {names}: an approval gate's rules "
+                           "read it, so only the run's worker steps write it (a report "
+                           "cannot choose who approves).")
 
 
 def begin_attempt(step: Step, now) -> None:
@@ -148,6 +177,10 @@ def open_gate(gate: Step, now) -> None:
     gate.reminders_sent = 0
     gate.remind_at = next_reminder(gate, now)
     policy.open_rules(gate, now)
+    # What the rules read is fixed now: no later report, patch or worker can change the
+    # value a downstream step acts on after the approvers saw (and the rules judged) it.
+    for key in policy.state_read(gate.config):
+        reserve_key(gate.run, key)
 
 
 def next_reminder(gate: Step, now):

@@ -10,7 +10,7 @@ lowest `order` first, the next once all of it is met. Who may fill a rule is
 from __future__ import annotations
 
 from ..models import GateRule, Preference, Step
-from .rules import condition_holds
+from .rules import rule_applies
 
 
 def spec_rules(approval: dict) -> list[dict]:
@@ -19,6 +19,13 @@ def spec_rules(approval: dict) -> list[dict]:
         return approval["rules"]
     return [{"group": approval.get("group", ""), "required": approval.get("required", 1),
              "allow_self_approval": approval.get("allow_self_approval", False), "order": 0}]
+
+
+def state_read(config: dict) -> set[str]:
+    """The shared-state keys (top level) a gate's approval rules read in their `when`."""
+    return {rule["when"]["state"].split(".")[0]
+            for rule in spec_rules(config.get("approval", {}))
+            if isinstance(rule.get("when"), dict) and "state" in rule["when"]}
 
 
 def manager_of(user_id: int | None) -> int | None:
@@ -35,8 +42,8 @@ def matched_rules(gate: Step) -> list[GateRule]:
     run = gate.run
     rows = []
     for position, rule in enumerate(spec_rules(gate.config.get("approval", {}))):
-        if rule.get("when") and not condition_holds(rule["when"], run.shared_state or {},
-                                                    run.params or {})[0]:
+        if rule.get("when") and not rule_applies(rule["when"], run.shared_state or {},
+                                                 run.params or {})[0]:
             continue
         group, user_id = rule.get("group", ""), None
         label = rule.get("label") or group

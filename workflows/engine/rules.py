@@ -205,6 +205,36 @@ def condition_holds(when: dict, shared_state: dict, params: dict) -> tuple[bool,
     return (number and COMPARISONS[test][1](value, limit)), f"{where} is {shown}, {wants}"
 
 
+def rule_applies(when: dict, shared_state: dict, params: dict) -> tuple[bool, str]:
+    """(does an approval rule's `when` make it apply, why). A rule fails closed: a value
+    that is missing, or not of the kind its test compares (a number for gt, text for
+    equals "production"), cannot be read as "this rule does not apply", so the rule
+    applies. `exists` asks about presence itself and is taken as it is."""
+    holds, why = condition_holds(when, shared_state, params)
+    if holds or "exists" in when:
+        return holds, why
+    source = "state" if "state" in when else "params"
+    value = shared_state if source == "state" else params
+    for part in when[source].split("."):
+        value = value.get(part, MISSING) if isinstance(value, dict) else MISSING
+    if value is MISSING:
+        return True, f"{why}; it is missing, so the rule applies"
+    wanted = [when[t] for t in ("equals", "not_equals") if t in when] or list(
+        when.get("in", [])) or [0]  # a comparison wants a number
+    if not any(_same_kind(value, w) for w in wanted):
+        return True, f"{why}; that is not the kind of value the rule tests, so it applies"
+    return False, why
+
+
+def _same_kind(value, wanted) -> bool:
+    number = (int, float)
+    if isinstance(value, bool) or isinstance(wanted, bool):
+        return isinstance(value, bool) and isinstance(wanted, bool)
+    if isinstance(value, number) and isinstance(wanted, number):
+        return True
+    return type(value) is type(wanted) or wanted is None
+
+
 COMPARISONS = {
     "gt": ("above", lambda value, limit: value > limit),
     "gte": ("of at least", lambda value, limit: value >= limit),

@@ -27,6 +27,7 @@ from .moves import (
     merge_state,
     open_gate,
     replace_state,
+    require_not_policy,
     require_open,
     require_operator,
     require_requester_or_operator,
@@ -488,6 +489,7 @@ def record_transition(run, key: str, *, actor=None, step_status: str | None = No
                 fail_for_good(run, step, now, summary)
             if step_status in (StepStatus.COMPLETED, StepStatus.FAILED):
                 close_gate(step)  # a wait step's timeout no longer applies
+        require_not_policy(run, state_patch, replace=shared_state_mode == "replace")
         if shared_state_mode == "replace":
             patch = replace_state(run, state_patch)
         else:
