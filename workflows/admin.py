@@ -16,6 +16,7 @@ from .models import (
     Preference,
     Run,
     Schedule,
+    SpecOwner,
     SpecStatus,
     SsoIdentity,
     Step,
@@ -379,6 +380,25 @@ class WebhookAdmin(admin.ModelAdmin):
     list_display = ["group", "url", "active", "created_at"]
     list_filter = ["active", "group"]
     search_fields = ["group", "url"]
+
+
+@admin.register(SpecOwner)
+class SpecOwnerAdmin(admin.ModelAdmin):
+    """Whom each spec name belongs to (its versions, one-offs and added steps reach its
+    granted secrets): a superuser changes it."""
+
+    list_display = ["name", "user", "group", "created_at"]
+    search_fields = ["name", "user__username", "group__name"]
+    autocomplete_fields = ["user"]
+
+    def has_add_permission(self, request):
+        return request.user.is_superuser
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_superuser
 
 
 @admin.register(SsoIdentity)

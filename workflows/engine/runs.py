@@ -9,8 +9,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from goals.models import Goal, Priority
+from workflows.specs import grants
 from workflows.specs.params import FieldErrors, coerce
-from workflows.specs.storage import require_program_author
+from workflows.specs.storage import require_owner, require_program_author
 from workflows.specs.validation import SpecError, check_grants, masked, validate_step
 
 from .. import clock, permissions
@@ -323,6 +324,8 @@ def add_steps(run, items, *, actor=None) -> list[Checkpoint]:
             check_grants(run.spec_name, normal)
         except SpecError as exc:
             raise InvalidInput(str(exc)) from None
+        if any(grants.secrets_named(item) for item in normal):
+            require_owner(actor, run.spec_name)  # the name's grants reach only its owners
         existing = dict(Step.objects.filter(run=run).values_list("key", "status"))
         if len(existing) + len(normal) > cap:
             raise InvalidInput(f"steps: run {run.pk} has {len(existing)} steps; adding "

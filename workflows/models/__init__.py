@@ -56,6 +56,7 @@ from .schedules import (  # noqa: F401
     ScheduleFire,
 )
 from .specs import (  # noqa: F401
+    SpecOwner,
     SpecStatus,
     WorkflowSpec,
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -39,3 +40,24 @@ class WorkflowSpec(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} v{self.version}"
+
+
+class SpecOwner(models.Model):
+    """Who a spec name belongs to: the person (or group) that first loaded it, unless an
+    admin says otherwise. Its new versions, its one-off runs and steps added to its runs
+    (which reach the secrets TOLLGATE_SECRET_GRANTS grants the name) are theirs to write.
+    A name with neither is an admin's (first loaded by a command, or before owners)."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                             on_delete=models.SET_NULL, related_name="owned_specs")
+    group = models.ForeignKey("auth.Group", null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="owned_specs",
+                              help_text="Everyone in it may load new versions too.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.user or self.group or 'admins'}"

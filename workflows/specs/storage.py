@@ -6,7 +6,7 @@ from django.db import IntegrityError, transaction
 
 from workflows import permissions
 from workflows.errors import NotFound, NotPermitted
-from workflows.models import SpecStatus, WorkflowSpec
+from workflows.models import SpecOwner, SpecStatus, WorkflowSpec
 
 from .validation import SpecError, digest, validate_spec
 
@@ -30,6 +30,29 @@ def require_program_author(actor, definition: dict) -> None:
             permissions.has(actor, permissions.AUTHOR_COMMANDS)):
         raise NotPermitted(f"{actor.get_username() or 'anonymous'} may not add steps that run "
                            "commands or shell: that needs the author_command_spec permission.")
+
+
+def require_owner(actor, name: str) -> None:
+    """A person writes a spec name (a new version, a one-off, steps added to its runs) only
+    if it is theirs: unclaimed (they claim it), owned by them or a group of theirs, or they
+    are a superuser. A granted secret is reached only by whom its spec name belongs to.
+    Call inside the transaction that writes."""
+    if not permissions.is_person(actor) or actor.is_superuser:
+        return
+    owner = SpecOwner.objects.select_related("user", "group").filter(name=name).first()
+    if owner is None:
+        if WorkflowSpec.objects.filter(name=name).exists():
+            raise NotPermitted(f"Spec {name!r} belongs to the admins (loaded by a command or "
+                               "before names had owners): an admin can make it yours (admin, "
+                               "Spec owners).")
+        SpecOwner.objects.get_or_create(name=name, defaults={"user": actor})
+        return
+    if owner.user_id == actor.pk or (
+            owner.group_id and actor.groups.filter(pk=owner.group_id).exists()):
+        return
+    raise NotPermitted(f"Spec {name!r} belongs to {owner.user or owner.group or 'the admins'}:"
+                       f" {actor.get_username()} may not load versions of it, run it inline "
+                       "or add steps to its runs (an admin can change its owner).")
 
 
 def _last_version(name: str) -> int:
@@ -64,6 +87,7 @@ def store_spec(data, *, actor=None) -> tuple[WorkflowSpec, bool]:  # noqa: F821
                 if current is not None and current.digest == spec_digest and (
                         declared in (None, current.version)):
                     return current, False
+                require_owner(actor, definition["name"])
                 last = _last_version(definition["name"])
                 if declared is not None and declared != last + 1:
                     raise SpecError(f"spec {definition['name']!r}: version {declared} is not "
@@ -93,6 +117,7 @@ def store_one_off(data, *, actor=None):
             return found
         try:
             with transaction.atomic():
+                require_owner(actor, definition["name"])
                 return _create_version(definition, spec_digest,
                                        _last_version(definition["name"]) + 1,
                                        status=SpecStatus.ONE_OFF)

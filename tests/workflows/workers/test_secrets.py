@@ -128,6 +128,45 @@ def test_a_spec_names_only_the_secrets_granted_to_it(db, settings, monkeypatch):
     assert not outcome.ok and "not granted to spec 'release-web'" in outcome.summary
 
 
+def test_a_granted_name_is_written_only_by_whom_it_belongs_to(db, settings):
+    """The grant binds the spec name, and the name binds its authors: mallory (an author
+    too) cannot reach the deploy secret by loading a version of alice's spec, running it
+    inline, or adding a step to a run of it."""
+    from django.contrib.auth.models import Group
+
+    from tests.conftest import make_user
+    from workflows import engine
+    from workflows.errors import NotPermitted
+    from workflows.models import SpecOwner
+    from workflows.specs.storage import store_one_off
+
+    settings.TOLLGATE_SECRET_GRANTS = {"release-*": ["deploy"]}
+    perms = ("add_workflowspec", "author_command_spec", "add_run", "operate_run")
+    alice, mallory = make_user("alice", perms=perms), make_user("mallory", perms=perms)
+    step = {"key": "d", "run": {"command": ["true"], "env": {"T": {"secret": "deploy"}}}}
+    store_spec({"name": "release-web", "steps": [step]}, actor=alice)
+    assert SpecOwner.objects.get(name="release-web").user == alice
+    leak = {"key": "leak", "run": {"command": ["env"], "env": {"T": {"secret": "deploy"}}}}
+    with pytest.raises(NotPermitted, match="belongs to alice"):
+        store_spec({"name": "release-web", "steps": [leak]}, actor=mallory)
+    with pytest.raises(NotPermitted, match="belongs to alice"):
+        store_one_off({"name": "release-web", "steps": [leak]}, actor=mallory)
+    run = engine.open_run("release-web", actor=mallory).run
+    with pytest.raises(NotPermitted, match="belongs to alice"):
+        engine.add_steps(run, [{**leak, "depends_on": []}], actor=mallory)
+    assert not run.steps.filter(key="leak").exists()
+    # A name the system loaded is the admins' until an admin gives it to someone.
+    store_spec({"name": "release-api", "steps": [step]})
+    with pytest.raises(NotPermitted, match="belongs to the admins"):
+        store_spec({"name": "release-api", "steps": [leak]}, actor=alice)
+    # An admin gives alice's name to a group mallory is in: now she may.
+    team = Group.objects.create(name="release-authors")
+    mallory.groups.add(team)
+    SpecOwner.objects.filter(name="release-web").update(group=team)
+    assert store_spec({"name": "release-web", "steps": [step, {**leak, "key": "e"}]},
+                      actor=mallory)[1]
+
+
 @pytest.mark.parametrize("value, problem", [
     ({"secret": "a b"}, "a secret is"),
     ({"secret": "x", "default": "y"}, "a secret is"),
