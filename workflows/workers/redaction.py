@@ -1,6 +1,8 @@
-"""Keeping secrets out of what is stored: every secret value this worker knows, whatever its
-variable is called, in the forms a command could print it (plain, reversed, base64, URL,
-hex, JSON-escaped) and any long enough piece of it.
+r"""Keeping secrets out of what is stored: every secret value this worker knows, whatever its
+variable is called, in the forms a command could print it (plain, reversed, base64 and
+base64url, base32, URL, hex plain or spaced, JSON-escaped, every character \u-escaped) and
+any long enough piece of it, also when it is cut across lines or spaced out; and any base64
+blob that decodes (or gunzips, or inflates) to text holding one.
 
 What is known: the secret settings (signing key, database, mail and Redis passwords), every
 named secret the worker can resolve (TOLLGATE_SECRET_* variables and the files of
@@ -11,7 +13,12 @@ names, and whatever the caller adds (an account's values, a step's env).
 from __future__ import annotations
 
 import base64
+import binascii
+import gzip
+import io
 import json
+import re
+import zlib
 import os
 from pathlib import Path
 from urllib.parse import quote, quote_plus, urlsplit
@@ -95,15 +102,75 @@ def _base64_cores(raw: bytes) -> set[str]:
     return cores
 
 
+def _base32_cores(raw: bytes) -> set[str]:
+    """As _base64_cores, for base32 (groups of 5 bytes, 8 characters)."""
+    cores = set()
+    for shift in range(5):
+        encoded = base64.b32encode(b"\0" * shift + raw + b"\0" * 4).decode()
+        first = -(-shift // 5)
+        last = (shift + len(raw)) // 5
+        core = encoded[8 * first:8 * last]
+        if len(core) >= PIECE:
+            cores.add(core)
+    return cores
+
+
 def forms(secret: str) -> set[str]:
-    """The ways a command could print `secret` whole."""
+    """The ways a command could print `secret` whole (white space aside: spans() also
+    looks in the text with its white space taken out)."""
     raw = secret.encode()
     found = {secret, secret[::-1], raw.hex(), raw.hex().upper(),
-             quote(secret, safe=""), quote_plus(secret), json.dumps(secret)[1:-1]}
+             quote(secret, safe=""), quote_plus(secret), json.dumps(secret)[1:-1],
+             "".join(f"\\u{ord(c):04x}" for c in secret),
+             "".join(f"\\u{ord(c):04X}" for c in secret)}
+    for separator in (":", "-", "\\x", "0x"):
+        found.update((separator.join(f"{b:02x}" for b in raw),
+                      separator.join(f"{b:02X}" for b in raw)))
     plain = base64.b64encode(raw).decode()
     found.update((plain, plain.rstrip("="), base64.urlsafe_b64encode(raw).decode().rstrip("=")))
     found.update(_base64_cores(raw))
+    thirty_two = base64.b32encode(raw).decode()
+    found.update((thirty_two, thirty_two.rstrip("="), thirty_two.lower().rstrip("=")))
+    found.update(_base32_cores(raw))
     return {form for form in found if len(form) >= SHORTEST}
+
+
+BLOB = re.compile(r"[A-Za-z0-9+/_-]{24,}={0,2}")
+BLOB_CAP = 1 << 20  # what a blob may decode to before it is looked into no further
+
+
+# Whole lines of base64 as `base64` wraps them (and a last line that may be short).
+WRAPPED = re.compile(r"(?:^[A-Za-z0-9+/_-]{16,}={0,2}[ \t]*\r?\n)+"
+                     r"(?:[A-Za-z0-9+/_-]*={0,2}[ \t]*(?:\r?\n|$))?", re.MULTILINE)
+
+
+def _blobs(text: str):
+    """(start, end, blob) for each base64-looking run on a line, and for each run of whole
+    lines of base64, joined (with and without its last line, which may be other output)."""
+    for match in BLOB.finditer(text):
+        yield match.start(), match.end(), match.group()
+    for match in WRAPPED.finditer(text):
+        lines = match.group().split()
+        yield match.start(), match.end(), "".join(lines)
+        yield match.start(), match.end(), "".join(lines[:-1])
+
+
+def _decoded(blob: str) -> str | None:
+    """A base64 blob's text, gunzipped or inflated when it is compressed; None when it is
+    not base64 at all."""
+    try:
+        raw = base64.b64decode(blob + "=" * (-len(blob) % 4), altchars=b"-_"
+                               if ("-" in blob or "_" in blob) else None, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    try:
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.GzipFile(fileobj=io.BytesIO(raw)).read(BLOB_CAP)
+        elif raw[:1] == b"\x78":
+            raw = zlib.decompressobj().decompress(raw, BLOB_CAP)
+    except (OSError, EOFError, zlib.error):
+        pass
+    return raw.decode("utf-8", "replace")
 
 
 def pieces(text: str) -> set[str]:
@@ -126,7 +193,20 @@ class Redactor:
             self.pieces |= pieces(secret) | pieces(secret[::-1])
 
     def spans(self, text: str) -> list[tuple[int, int]]:
-        """Where the secrets are in `text`, merged, in order."""
+        """Where the secrets are in `text`, merged, in order: as printed, with white space
+        taken out (a secret cut across short lines, or hex spaced out), and inside base64
+        blobs (compressed or not) that decode to text holding one."""
+        found = self._plain_spans(text)
+        kept = [i for i, c in enumerate(text) if not c.isspace()]
+        if len(kept) < len(text):
+            squeezed = "".join(text[i] for i in kept)
+            found += [(kept[start], kept[end - 1] + 1)
+                      for start, end in self._plain_spans(squeezed)]
+        found += [(start, end) for start, end, blob in _blobs(text)
+                  if (decoded := _decoded(blob)) and self._plain_spans(decoded)]
+        return _merged(found)
+
+    def _plain_spans(self, text: str) -> list[tuple[int, int]]:
         found = []
         for form in self.forms:
             at = text.find(form)
@@ -137,13 +217,7 @@ class Redactor:
             pieces = self.pieces
             found += [(i, i + PIECE) for i in range(len(text) - PIECE + 1)
                       if text[i:i + PIECE] in pieces]
-        merged: list[list[int]] = []
-        for start, end in sorted(found):
-            if merged and start <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], end)
-            else:
-                merged.append([start, end])
-        return [(start, end) for start, end in merged]
+        return found
 
     def text(self, text: str) -> str:
         if not text or not (self.forms or self.pieces):
@@ -164,6 +238,16 @@ class Redactor:
         if isinstance(value, list):
             return [self.value(v) for v in value]
         return value
+
+
+def _merged(found: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[list[int]] = []
+    for start, end in sorted(found):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(start, end) for start, end in merged]
 
 
 def redactor(extra=()) -> Redactor:

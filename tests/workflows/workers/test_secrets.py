@@ -99,6 +99,29 @@ def test_a_file_secret_is_redacted_by_value_in_every_form(settings, tmp_path, gr
     assert "Xq7-v93Lk-2mRt"[::-1] not in stored
 
 
+@pytest.mark.parametrize("printed", [
+    'printf "token: %s" "$DB_URL" | gzip | base64 -w0',  # compressed, then base64
+    'printf "token: %s" "$DB_URL" | gzip | base64 -w 20',  # and wrapped on short lines
+    'printf %s "$DB_URL" | base32 -w0',
+    'printf "ab%s" "$DB_URL" | base32 -w0',  # base32 of a longer text, shifted
+    'printf %s "$DB_URL" | od -An -tx1',  # hex, spaced and on several lines
+    'printf %s "$DB_URL" | fold -w 3',  # cut into lines shorter than any piece
+    'python3 -c \'import os; print("".join("\\\\u%04x" % ord(c) '
+    'for c in os.environ["DB_URL"]))\'',  # every character \u-escaped
+])
+def test_a_file_secret_is_redacted_in_the_encodings_a_leak_would_use(settings, tmp_path,
+                                                                     granted, printed):
+    (tmp_path / "db_url").write_text(FILE_SECRET + "\n")
+    settings.TOLLGATE_SECRETS_DIR = str(tmp_path)
+    outcome = run({"shell": f"echo start; {printed}; echo end",
+                   "env": {"DB_URL": {"secret": "db_url"}}})
+    assert outcome.ok, outcome.summary
+    stdout = outcome.evidence["stdout"]
+    assert "[redacted]" in stdout and "start" in stdout and "end" in stdout, stdout
+    for form in ("Xq7-v93Lk-2mRt", "db.internal/app", "app:Xq7"):
+        assert form not in "".join(stdout.split())
+
+
 def test_a_callable_cannot_return_a_secret_of_the_folder_either(settings, tmp_path):
     from workflows.workers.executors import run_callable
 
