@@ -17,9 +17,9 @@ import binascii
 import gzip
 import io
 import json
+import os
 import re
 import zlib
-import os
 from pathlib import Path
 from urllib.parse import quote, quote_plus, urlsplit
 
