@@ -610,6 +610,21 @@ class TestEvidenceOnTheCard:
         tail = body.split('<pre class="tail">')[1].split("</pre>")[0]
         assert tail.splitlines() == ["line 4", "line 5", "line 6", "line 7", "line 8"]
 
+    def test_a_value_filled_into_the_instructions_is_text_never_a_link(self, client, people):
+        from workflows.specs.storage import store_spec
+
+        store_spec({"name": "ask", "params": [{"name": "note"}], "steps": [
+            {"key": "qa", "title": "QA", "approval": {"group": "qa"},
+             "description": "Read **{{ params.note }}** and the [guide](https://docs.example)"}]})
+        run = engine.open_run("ask", actor=people["alice"], params={
+            "note": "[log in](https://evil.example/login) https://evil.example *x* <b>y</b>"}).run
+        client.force_login(people["carol"])
+        for body in (client.get("/").content.decode(),
+                     client.get(f"/runs/{run.pk}/").content.decode()):
+            assert 'href="https://docs.example"' in body  # the author's link stays a link
+            assert "evil.example" in body and 'href="https://evil.example' not in body
+            assert "[log in](https://evil.example/login)" in body and "<b>y</b>" not in body
+
     def test_the_run_page_gate_row_shows_instructions_and_quorum(self, client, gated, people):
         client.force_login(people["dave"])
         body = client.get(f"/runs/{gated.pk}/").content.decode()

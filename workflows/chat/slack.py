@@ -12,6 +12,8 @@ from django.conf import settings
 from slack_sdk import WebClient
 from slack_sdk.signature import SignatureVerifier
 
+from workflows.specs import values
+
 from .base import GateMessage, Press, Refused
 
 ACTIONS = {"tollgate_approve": "approve", "tollgate_reject": "reject"}
@@ -25,7 +27,23 @@ def escape(text) -> str:
 
 def mrkdwn(markdown: str) -> str:
     """Gate instructions (Markdown) as Slack's mrkdwn: bold, italics, links, headings, code;
-    everything else as written, escaped."""
+    everything else as written, escaped. Values filled into them (a `values.Filled`) go in
+    after, as text: escaped, unlinkable and unformatted."""
+    if isinstance(markdown, values.Filled):
+        return markdown.render(_mrkdwn(markdown.template), plain_text, LINK_ADDRESS)
+    return _mrkdwn(markdown)
+
+
+LINK_ADDRESS = re.compile(r"<https?://[^|>]*")
+
+
+def plain_text(value: str) -> str:
+    """A value that Slack shows as it is: no link, mention or formatting (a zero-width space
+    after each character Slack reads as markup)."""
+    return values.unlinkable(re.sub(r"([*_~`|])", "\\1\u200b", escape(value)))
+
+
+def _mrkdwn(markdown: str) -> str:
     text = escape(markdown)
     text = re.sub(r"\[([^\]]+)\]\((https?://[^)\s]+)\)", r"<\2|\1>", text)
     text = re.sub(r"^#{1,6}\s+(.+)$", r"*\1*", text, flags=re.MULTILINE)
@@ -48,17 +66,18 @@ def blocks(message: GateMessage) -> list[dict]:
         {"type": "header", "text": {"type": "plain_text", "emoji": False,
                                     "text": f"{message.title} · {message.group}"[:150]}},
         {"type": "section", "text": {"type": "mrkdwn", "text": (
-            f"Run <{message.run_url}|{escape(message.run_title)}>"
+            f"Run <{message.run_url}|{plain_text(message.run_title)}>"
             + (f" · requested by {escape(message.requested_by)}"
                if message.requested_by else ""))}},
     ]
     if message.params:
         found.append({"type": "section", "fields": [
-            {"type": "mrkdwn", "text": f"*{escape(label)}*\n{escape(value)[:1900]}"}
+            {"type": "mrkdwn", "text": f"*{escape(label)}*\n{plain_text(value)[:1900]}"}
             for label, value in message.params[:10]]})
     if message.trail:
         found.append({"type": "context", "elements": [
-            {"type": "mrkdwn", "text": escape(line)[:2000]} for line in message.trail[-10:]]})
+            {"type": "mrkdwn", "text": plain_text(line)[:2000]}
+            for line in message.trail[-10:]]})
     if message.instructions:
         found.append({"type": "section",
                       "text": {"type": "mrkdwn", "text": mrkdwn(message.instructions)[:3000]}})

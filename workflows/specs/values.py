@@ -6,6 +6,7 @@ import json
 import math
 import re
 from datetime import timedelta
+from urllib.parse import quote
 
 MAX_DEPTH = 64
 
@@ -57,14 +58,59 @@ def placeholder_value(match: re.Match, shared_state: dict | None, params: dict |
     return value
 
 
-def fill(text: str, shared_state: dict | None, params: dict | None) -> str:
+class Filled(str):
+    """Text with its placeholders filled in, that remembers which parts were filled: the
+    spec author's `template` with a marker where each value goes, and the `values`. Where
+    the text is rendered (Markdown on pages and in mail, mrkdwn in chat) the author's part
+    is rendered and each value put in as plain text after, so what a requester or a step
+    wrote can never become a link, a mention or markup."""
+
+    template: str
+    values: list[str]
+
+    def render(self, template: str, value_as, urls: re.Pattern | None = None) -> str:
+        """`template` (this text's template as rendered for the medium) with each marker
+        replaced by `value_as(value)`; inside the author's own links (`urls` matches them in
+        the rendered text) a value is percent-encoded into the address instead."""
+        def put(match, as_=value_as):
+            return as_(self.values[int(match.group(1))])
+
+        if urls is not None:
+            template = urls.sub(lambda link: MARKER.sub(
+                lambda m: put(m, lambda v: quote(v, safe="")), link.group()), template)
+        return MARKER.sub(put, template)
+
+
+# Where each value goes: letters and digits, so a Markdown link the author wrote around it
+# stays one link (and nothing else in a spec is likely to spell it).
+MARKER = re.compile(r"tgvalue(\d+)eulavgt")
+
+
+def fill(text: str, shared_state: dict | None, params: dict | None) -> Filled:
     """`{{ state.key }}` and `{{ params.key }}` (dotted for nested values) filled in; a
-    missing value reads as empty."""
+    missing value reads as empty. The result is a `Filled`."""
+    found: list[str] = []
+
     def text_of(match) -> str:
         value = placeholder_value(match, shared_state, params)
         return "" if value is None else str(value)
 
-    return PLACEHOLDER.sub(text_of, text or "")
+    def marker(match) -> str:
+        found.append(text_of(match))
+        return f"tgvalue{len(found) - 1}eulavgt"
+
+    source = MARKER.sub("", text or "")
+    filled = Filled(PLACEHOLDER.sub(text_of, source))
+    filled.template = PLACEHOLDER.sub(marker, source)
+    filled.values = found
+    return filled
+
+
+def unlinkable(text: str) -> str:
+    """Plain text that a mail reader or a chat client will not turn into a link or a
+    mention: a zero-width space after each "://", "." , "@" and ":" breaks what they
+    detect, and is invisible to the reader."""
+    return re.sub(r"(://|[.@:])", "\\1\u200b", text)
 
 
 def duration(value) -> str:

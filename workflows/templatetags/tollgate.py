@@ -1,11 +1,12 @@
 import json
+import re
 
 import nh3
 from django import template
 from django.templatetags.static import static
 from django.utils import timezone
 from django.utils.formats import date_format
-from django.utils.html import format_html
+from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
 from markdown_it import MarkdownIt
 
@@ -24,11 +25,30 @@ _TAGS = {"p", "br", "strong", "em", "code", "pre", "blockquote", "ul", "ol", "li
 
 @register.filter
 def markdown(text) -> str:
-    """Markdown for people (gate instructions), sanitised with nh3."""
-    html = _MARKDOWN.render(str(text or ""))
-    return mark_safe(nh3.clean(html, tags=_TAGS, attributes={"a": {"href", "title"}},
-                               url_schemes={"http", "https", "mailto"},
-                               link_rel="noopener noreferrer nofollow"))  # noqa: S308
+    """Markdown for people (gate instructions), sanitised with nh3. Values filled into it
+    (a `values.Filled`) go in after, as text: never a link or markup."""
+    if isinstance(text, values.Filled):
+        return mark_safe(text.render(_render(text.template), conditional_escape, HREF))
+    return mark_safe(_render(str(text or "")))
+
+
+HREF = re.compile(r'href="[^"]*"')
+
+
+def _render(text: str) -> str:
+    html = _MARKDOWN.render(text)
+    return nh3.clean(html, tags=_TAGS, attributes={"a": {"href", "title"}},
+                     url_schemes={"http", "https", "mailto"},
+                     link_rel="noopener noreferrer nofollow")
+
+
+@register.filter
+def plain(text) -> str:
+    """Instructions as plain text (a mail's text part): the values filled into them broken
+    where a mail reader would make a link of them."""
+    if isinstance(text, values.Filled):
+        return text.render(text.template, values.unlinkable)
+    return str(text or "")
 
 
 @register.filter

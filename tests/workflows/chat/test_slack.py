@@ -184,6 +184,14 @@ def test_unmatched_and_ineligible_people_are_refused_privately(slack, people):
     assert not Approval.objects.exists()
 
 
+def test_a_value_in_the_instructions_is_text_in_slack(slack, people):
+    gate_waiting(people, month="<@U-ALL> [pay](https://evil.example) *now*")
+    text = json.dumps(slack.calls_of("chat.postMessage")[-1])
+    assert "<https://ledger.example/nov|ledger>" in text  # the author's link
+    assert "evil.example" not in text and "<https://evil" not in text
+    assert "<@U-ALL>" not in text and "&lt;@" in text
+
+
 def test_a_phished_link_links_nothing(slack, people):
     """Mallory names her Slack account "bob" and sends bob her link: the page shows her
     user id and e-mail, and bob cannot confirm it, so she never decides as him."""

@@ -62,6 +62,23 @@ def test_the_waiting_mail_holds_what_triage_needs(people, delivered,
     assert link in html and "after that it rejects itself" in html
 
 
+def test_a_value_in_the_instructions_is_text_in_the_mail(people, delivered,
+                                                        django_capture_on_commit_callbacks):
+    store_spec(PAYROLL)
+    run = engine.open_run("payroll", actor=people["alice"], params={
+        "month": "[Nov](https://evil.example/pay) or https://evil.example", "total": 1}).run
+    with django_capture_on_commit_callbacks(execute=True):
+        work(run, "compute", evidence={}, summary="computed")
+    to_bob = next(m for m in mail.outbox if m.to == ["bob@example.com"])
+    html = to_bob.alternatives[0][0]
+    assert "evil.example" in html and 'href="https://evil.example' not in html
+    # The text part: a mail reader finds no address in it to make a link of.
+    instructions = to_bob.body.split("Compare **")[1].split("**")[0]
+    assert "https://evil.example" not in instructions
+    assert instructions.replace("\u200b", "") == (
+        "[Nov](https://evil.example/pay) or https://evil.example")
+
+
 def test_the_approved_mail_names_the_values_chosen(people, delivered,
                                                    django_capture_on_commit_callbacks):
     store_spec(PAYROLL)
