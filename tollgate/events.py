@@ -25,7 +25,9 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tollgate.settings")
 django.setup()
 
-from workflows import live  # noqa: E402  (after Django is set up)
+from django.conf import settings  # noqa: E402  (after Django is set up)
+
+from workflows import live  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +38,10 @@ PATH = "/live/events"
 
 @dataclass(eq=False)
 class Stream:
-    """An open page's stream: the keys it watches and the digest of what it saw."""
+    """An open page's stream: whose it is, the keys it watches and the digest of what it
+    saw."""
 
+    user_id: int
     keys: list[str]
     seen: str
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -103,10 +107,22 @@ async def app(scope, receive, send) -> None:
     if watched is None or not query.get("seen"):
         await _answer(send, 403, b"This page's watch token is not valid here.\n")
         return
+    user_id, keys = watched
+    try:
+        found = await asyncio.to_thread(live.versions, [k for k in keys if k.startswith("s:")])
+    except Exception:
+        found = {}
+    if live.ended(keys, found):
+        await _answer(send, 403, b"The session this page was opened in has ended.\n")
+        return
     if HUB is None:
         HUB = Hub()
         asyncio.get_running_loop().create_task(HUB.run())
-    stream = Stream(watched[1], query["seen"])
+    cap = settings.TOLLGATE_LIVE_STREAMS_PER_PERSON
+    if cap and sum(1 for s in HUB.streams if s.user_id == user_id) >= cap:
+        await _answer(send, 429, b"Too many open streams for one person; the page polls.\n")
+        return
+    stream = Stream(user_id, keys, query["seen"])
     # Any origin may hold a stream (the events server may sit on a host of its own): it
     # says only "changed", and only to the holder of a page's token.
     await send({"type": "http.response.start", "status": 200, "headers": [

@@ -1,5 +1,5 @@
 from django.apps import AppConfig
-from django.contrib.auth.signals import user_logged_in
+from django.contrib.auth.signals import user_logged_in, user_logged_out
 
 
 class WorkflowsConfig(AppConfig):
@@ -39,6 +39,7 @@ class WorkflowsConfig(AppConfig):
         from workflows.models import Preference
 
         transition_recording.connect(live.on_transition, dispatch_uid="tollgate-live")
+        user_logged_out.connect(live.end_session, dispatch_uid="tollgate-live-session")
         m2m_changed.connect(live.on_groups_changed, sender=get_user_model().groups.through,
                             dispatch_uid="tollgate-live-groups")
         for signal in (post_save, post_delete):

@@ -27,6 +27,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core import signing
 from django.db import transaction
+from django.utils.crypto import salted_hmac
 
 from workflows.models import CheckpointKind, GateRule, Step
 from workflows.permissions import principals
@@ -134,6 +135,30 @@ def person_key(user_id: int) -> str:
 
 def group_key(name: str) -> str:
     return "g:" + hashlib.blake2b(name.encode(), digest_size=8).hexdigest()
+
+
+ENDED = "ended"  # a session key's version once its session ended
+
+
+def session_key(session: str) -> str:
+    """The key a signed-in session's pages watch besides their own: rung (as ENDED) when
+    the session ends, so its streams end and its tokens open no new one."""
+    return "s:" + salted_hmac(SALT, session, algorithm="sha256").hexdigest()[:24]
+
+
+def end_session(sender, request, **kwargs) -> None:
+    """A session ended (signed out, or expired by SessionAge): its pages' streams end."""
+    session = getattr(getattr(request, "session", None), "session_key", None)
+    if session:
+        try:
+            _store().write([session_key(session)], ENDED)
+        except Exception:
+            log.warning("Could not end the live streams of a session", exc_info=True)
+
+
+def ended(keys: list[str], found: dict[str, str]) -> bool:
+    """Has the session among a token's `keys` ended (its version read in `found`)?"""
+    return any(found.get(key) == ENDED for key in keys if key.startswith("s:"))
 
 
 def inbox_keys(user) -> list[str]:

@@ -65,3 +65,32 @@ def test_pages_hold_a_stream_where_one_is_configured(client, settings):
     settings.TOLLGATE_LIVE_EVENTS_URL = "/live/events"
     page = client.get("/").text
     assert 'data-events="/live/events"' in page and "tollgate:changed, every 30s" in page
+
+
+def test_a_stream_ends_with_its_session_and_its_token_opens_no_more(events_server, client):
+    ann = make_user("ann", "qa")
+    client.force_login(ann)
+    session = client.session.session_key
+    watching = live.watch(ann.pk, "/", [*live.inbox_keys(ann), live.session_key(session)])
+    stream = open_stream(events_server, "/", watching)
+    assert stream.status == 200 and stream.readline() == b": open\n"
+    client.post("/logout/")
+    assert stream.read().endswith(b"event: changed\ndata: \n\n")
+    again = open_stream(events_server, "/", watching)
+    assert again.status == 403 and b"has ended" in again.read()
+
+
+def test_one_person_holds_a_bounded_number_of_streams(events_server, settings):
+    ann, bob = make_user("ann"), make_user("bob")
+    cap = settings.TOLLGATE_LIVE_STREAMS_PER_PERSON
+    watching = live.watch(ann.pk, "/runs/7/", [live.run_key(7)])
+    held = [open_stream(events_server, "/runs/7/", watching) for _ in range(cap)]
+    assert all(s.status == 200 and s.readline() == b": open\n" for s in held)
+    refused = open_stream(events_server, "/runs/7/", watching)
+    assert refused.status == 429
+    # Someone else still gets theirs.
+    other = open_stream(events_server, "/runs/7/", live.watch(bob.pk, "/runs/7/",
+                                                              [live.run_key(7)]))
+    assert other.status == 200
+    for stream in held:
+        stream.close()

@@ -179,14 +179,19 @@ def test_versions_no_page_can_watch_are_pruned(settings):
 
 def test_a_reassigned_gate_rings_whom_it_left_and_whom_it_reached(
         client, people, inbox, django_capture_on_commit_callbacks):
-    """carol's group loses the gate to erin (an operator's reassignment): both inboxes are
-    told, qa's from the checkpoint's evidence, since the rule now names erin alone."""
+    """carol's group loses the gate to erin's (an operator's reassignment): both inboxes
+    are told, qa's from the checkpoint's evidence, since the rule now names another group."""
+    from django.contrib.auth.models import Group
+
     run, carols = inbox
+    area = Group.objects.create(name="area")
+    for name in ("erin", "dave"):  # two, as the gate needs two approvals
+        people[name].groups.add(area)
     client.force_login(people["erin"])
     erins = versions(client.get("/").content.decode())
     with django_capture_on_commit_callbacks(execute=True):
-        engine.reassign_gate(run, "gate", actor=people["alice"], person=people["erin"],
-                             reason="erin owns this area")
+        engine.reassign_gate(run, "gate", actor=people["alice"], group="area",
+                             reason="erin's team owns this area")
     assert not live.unchanged(carols["watch"], carols["seen"], "/")
     assert not live.unchanged(erins["watch"], erins["seen"], "/")
 

@@ -6,6 +6,7 @@ import io
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
@@ -159,6 +160,7 @@ class TestDelegation:
 
 class TestReassignment:
     def test_to_a_person(self, team, gate_run):
+        engine.approve(gate_run, "qa", user=team["quinn"])  # 1 of 2: one person may give 1
         checkpoint = engine.reassign_gate(gate_run, "qa", actor=team["olga"],
                                           person=team["fin"], reason="fin owns this area")
         assert checkpoint.kind == "gate_reassigned"
@@ -178,11 +180,25 @@ class TestReassignment:
             checkpoint, "gate_reassigned", "qa")]
         assert mailed == [("fin", f"[Tollgate] QA sign-off was reassigned to fin: {gate_run}")]
         with pytest.raises(engine.NotPermitted, match="it waits on fin"):
-            engine.approve(gate_run, "qa", user=team["quinn"])
+            engine.approve(gate_run, "qa", user=team["sam"])
         engine.approve(gate_run, "qa", user=team["fin"])
-        assert gate_run.steps.get(key="qa").status == "waiting_approval"  # 1 of 2
-        with pytest.raises(engine.IllegalTransition, match="fin has already decided"):
-            engine.approve(gate_run, "qa", user=team["fin"])
+        assert gate_run.steps.get(key="qa").status == "completed"
+
+    def test_to_fewer_people_than_it_needs_is_refused_saying_so(self, team, gate_run):
+        with pytest.raises(engine.InvalidInput, match="needs 2 more approvals from distinct "
+                                                      "people; fin would leave 1"):
+            engine.reassign_gate(gate_run, "qa", actor=team["olga"], person=team["fin"],
+                                 reason="fin owns this area")
+        with pytest.raises(engine.InvalidInput, match="the finance group would leave 1"):
+            engine.reassign_gate(gate_run, "qa", actor=team["olga"], group="finance",
+                                 reason="finance owns this area")
+        # The requester and whoever already decided do not count.
+        engine.approve(gate_run, "qa", user=team["quinn"])
+        team["rita"].groups.add(Group.objects.get(name="finance"))
+        with pytest.raises(engine.InvalidInput, match="quinn would leave 0"):
+            engine.reassign_gate(gate_run, "qa", actor=team["olga"], person=team["quinn"],
+                                 reason="quinn again")
+        assert not Checkpoint.objects.filter(run=gate_run, kind="gate_reassigned").exists()
 
     def test_to_a_group_keeps_the_decisions_counted(self, team, gate_run):
         engine.approve(gate_run, "qa", user=team["quinn"])
@@ -225,6 +241,7 @@ class TestReassignment:
             "position")] == ["qa", "pat"]
 
     def test_from_the_run_page_the_api_and_the_command(self, team, gate_run, client):
+        engine.approve(gate_run, "qa", user=team["quinn"])  # one more is needed
         client.force_login(team["olga"])
         page = client.get(f"/runs/{gate_run.pk}/").content.decode()
         assert "Reassign" in page

@@ -10,13 +10,20 @@ from workflows import live
 
 def inbox_versions(request) -> dict:
     """What the viewer's inbox watches, as it stands now (read before the page's rows)."""
-    return live.watch(request.user.pk, reverse("inbox"), live.inbox_keys(request.user))
+    return live.watch(request.user.pk, reverse("inbox"),
+                      [*live.inbox_keys(request.user), *_session(request)])
 
 
 def run_versions(request, run_id: int) -> dict:
     """What a run page watches, as it stands now (read before the page's rows)."""
     return live.watch(request.user.pk, reverse("run_detail", args=[run_id]),
-                      [live.run_key(run_id)])
+                      [live.run_key(run_id), *_session(request)])
+
+
+def _session(request) -> list[str]:
+    """The session's own key: its pages' streams end with it."""
+    key = getattr(getattr(request, "session", None), "session_key", None)
+    return [live.session_key(key)] if key else []
 
 
 def unchanged(request) -> bool:
