@@ -141,3 +141,64 @@ def test_a_forged_callback_is_refused_clearly(oidc_provider):
     assert response.status_code == 400
     assert "The sign-in did not complete" in response.content.decode()
     assert not User.objects.exists()
+
+
+def test_a_session_is_checked_at_the_provider_again(oidc_provider, page, settings):
+    """The provider takes qa away, then removes ann: her open session follows at its next
+    check (a silent round trip, no login page), not at her next sign-in."""
+    run = waiting_release()
+    gate = f"#gate-{run.steps.get(key='qa').pk}"
+    oidc_provider.set_users({"ann": {"email": "ann@acme.test", "groups": ["qa"]}})
+    page.goto("/login/")
+    sign_in_at_provider(page, "ann")
+    back_at_tollgate(page)
+    page.goto("/")
+    assert page.locator(gate).is_visible()
+
+    page.goto("/profile/")  # a page that does not poll: the next step makes the check
+    oidc_provider.set_users({"ann": {"email": "ann@acme.test", "groups": []}})
+    settings.TOLLGATE_OIDC_RECHECK_SECONDS = 1
+    time.sleep(1.1)  # the session is now older than a check lasts
+    visited = []
+    page.on("request", lambda request: visited.append(request.url))
+    page.goto("/")  # through the provider's redirects, and back
+    assert page.url == f"{settings.TOLLGATE_BASE_URL}/"
+    assert any("prompt=none" in url for url in visited)
+    assert any("/sso/callback/" in url for url in visited)
+    assert not any("/interaction/" in url for url in visited)  # no login page shown
+    assert not User.objects.get(username="ann").groups.exists()
+    assert page.locator(gate).count() == 0
+
+    page.goto("/profile/")
+    oidc_provider.set_users({})  # removed at the provider
+    time.sleep(1.1)
+    page.goto("/")
+    assert "/sso/callback/" in page.url
+    assert "Your company sign-in has ended" in page.text_content(".notice.error")
+    page.goto("/")
+    assert "/login/" in page.url  # the session ended here too
+
+
+def test_the_provider_lends_no_identity_it_does_not_vouch_for(oidc_provider, page):
+    boss = make_user("boss")
+    root = make_user("root", is_staff=True, is_superuser=True)
+    for user, email in ((boss, "boss@acme.test"), (root, "admin@acme.test")):
+        user.email = email
+        user.save()
+    oidc_provider.set_users({
+        "mal": {"email": "boss@acme.test", "email_verified": False},
+        "evil": {"email": "ADMIN@acme.test"}})
+    page.goto("/login/")
+    sign_in_at_provider(page, "mal")
+    back_at_tollgate(page)
+    mal = SsoIdentity.objects.get(subject="mal").user
+    assert mal != boss and mal.email == ""  # neither linked nor given the address
+
+    page.context.clear_cookies()
+    page.goto("/login/")
+    sign_in_at_provider(page, "evil")
+    page.wait_for_url("**/sso/callback/**")
+    assert "never joins by itself" in page.text_content(".notice.error")
+    assert not SsoIdentity.objects.filter(subject="evil").exists()
+    page.goto("/admin/")
+    assert "/login/" in page.url

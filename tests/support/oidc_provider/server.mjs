@@ -68,6 +68,18 @@ const provider = new Provider(issuer, {
     return grant;
   },
 });
+// Someone removed here (gone from USERS_FILE) is signed out here too, as a real provider
+// ends a disabled account's sessions: a silent (prompt=none) check then answers
+// login_required instead of carrying on as them.
+provider.use(async (ctx, next) => {
+  if (ctx.path === '/auth') {
+    const session = await provider.Session.get(ctx);
+    if (session.accountId && !account(session.accountId)) {
+      await session.destroy();
+    }
+  }
+  await next();
+});
 provider.proxy = false;
 provider.listen(port, '127.0.0.1', () => {
   console.log(`listening ${issuer}`);
