@@ -79,13 +79,30 @@ def inner_pid(outer: int, timeout: float = 10) -> int:
     return wait_for(child, timeout, 0.02, what="the namespaced consumer")
 
 
+def answers(port: int, path: str = "/healthz") -> bool:
+    """Does a server on 127.0.0.1:port answer `path` with a success? (A socket that accepts
+    is not yet a server that answers: gunicorn binds before its workers have loaded the app.)"""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().status < 400
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
 def start_gunicorn(env: dict, port: int, *, workers: int = 2) -> subprocess.Popen:
-    """gunicorn serving tollgate.wsgi on 127.0.0.1:port; returns once it accepts."""
+    """gunicorn serving tollgate.wsgi on 127.0.0.1:port; returns once it answers (on a
+    busy machine its workers can take many seconds to load Django)."""
     web = subprocess.Popen(
         [str(Path(sys.executable).with_name("gunicorn")), "tollgate.wsgi", "--bind",
          f"127.0.0.1:{port}", "--workers", str(workers), "--log-level", "warning"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: port_open(port) or web.poll() is not None, 20, what="gunicorn")
+    wait_for(lambda: answers(port) or web.poll() is not None, 120, what="gunicorn")
+    assert web.poll() is None, "gunicorn exited before it answered"
     return web
 
 

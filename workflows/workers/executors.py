@@ -343,6 +343,12 @@ def outcome_of(work: Path, secrets: list[str], cap: int | None = None) -> Outcom
     if not result:
         return Outcome(False, "The command's supervisor left no result (it was killed)",
                        evidence)
+    if reason and result.get("exit_code") is not None and not result.get("stopped"):
+        # The command exited by itself before anything stopped it: its exit code is the
+        # outcome, whatever the worker asked for meanwhile (a lost lease, a timeout at the
+        # same moment). Its lease token still decides whether it is recorded.
+        evidence["stop_requested"] = reason
+        reason = ""
     if reason == "timed_out":
         evidence["timed_out"] = True
         return Outcome(False, f"Timed out after {spec.get('timeout_seconds')}s; process tree "

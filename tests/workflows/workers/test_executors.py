@@ -213,3 +213,24 @@ def test_a_command_knows_its_spec_schedule_slot_and_parent_run(release_spec, peo
         assert lines[0] == line
         state = json.loads(lines[1])["tollgate"]
         assert {k: v for k, v in state.items() if not k.startswith("fencing")} == tollgate
+
+
+@pytest.mark.parametrize("asked", ["fenced", "cancelled", "timed_out"])
+def test_a_command_that_ended_by_itself_is_judged_by_its_exit_code(tmp_path, asked):
+    """The worker gave up its lease (or timed out) just as the command finished: the
+    supervisor reaped the exit before it stopped anything, so the exit code stands."""
+    from workflows.workers.executors import outcome_of
+
+    (tmp_path / "io").mkdir()
+    (tmp_path / "reason").write_text(asked)
+    (tmp_path / "stdout").write_text("deployed\n")
+    (tmp_path / "io" / "state_patch.json").write_text('{"deployed": true}')
+    (tmp_path / "result.json").write_text(json.dumps(
+        {"exit_code": 0, "signal": None, "stopped": "", "pid": 1, "pgid": 1}))
+    outcome = outcome_of(tmp_path, [])
+    assert outcome.ok and outcome.state_patch == {"deployed": True}
+    assert outcome.evidence["stop_requested"] == asked
+    # One that the supervisor did stop is the worker's reason, as before.
+    (tmp_path / "result.json").write_text(json.dumps(
+        {"exit_code": None, "signal": 15, "stopped": "stopped", "pid": 1, "pgid": 1}))
+    assert not outcome_of(tmp_path, []).ok
