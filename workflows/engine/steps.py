@@ -579,6 +579,29 @@ def _expire(state: RunState, step, actor, why: str = "") -> Checkpoint | None:
                  evidence)
 
 
+def release_unstarted(leases: dict[int, str], *, actor) -> list[Checkpoint]:
+    """Give back steps a worker claimed (in a batch) and never started, {step id: lease
+    token}: each is ready again at once and no attempt is spent (its retry window moves on
+    with it). A step whose lease is no longer that token (reclaimed, finished, cancelled)
+    is left as it is."""
+    done = []
+    for step_id, token in leases.items():
+        with locked(None, step_id=step_id) as state:
+            step = state.find(step_id)
+            if (step is None or step.status != StepStatus.RUNNING or not token
+                    or step.lease_token != token):
+                continue
+            clear_lease(step)
+            step.status = StepStatus.RETRYING
+            step.retry_after = None
+            step.rung_at = None  # it needs a doorbell again
+            step.attempt_base += 1  # the attempt it was claimed for never ran
+            done.append(commit(state, CheckpointKind.STEP_RELEASED, actor=actor, step=step,
+                               summary="Claimed in a batch but not started: given back, "
+                                       "no attempt spent"))
+    return done
+
+
 def note_lease_overdue(step_id: int) -> Checkpoint | None:
     """The lease ran out but its holder still lives (slow, frozen or cut off from the
     database): say so once on the timeline, and wait."""

@@ -519,6 +519,7 @@ class CheckpointKind(models.TextChoices):
     COMPENSATION_FAILED = "compensation_failed"
     LEASE_OVERDUE = "lease_overdue", "lease overdue, holder alive"
     LEASE_RECOVERED = "lease_recovered"
+    STEP_RELEASED = "step_released", "given back unstarted (no attempt spent)"
     SWEEP_FAILED = "sweep_failed"
     CHILD_STARTED = "child_started", "child run opened"
     CHILD_ENDED = "child_ended", "child run ended"

@@ -255,8 +255,9 @@ def _work_in_groups(owner: str, deadline: float) -> int:
                 except BaseException:
                     try:
                         _record_group(group.take())  # what finished is still recorded
+                        _give_back([s for s in batch if not getattr(s, "began", False)], owner)
                     finally:
-                        for step in batch:  # the rest are left to their leases
+                        for step in batch:  # what began is left to its lease
                             KEEPER.release("step", step.pk)
                     raise
                 ran += len(batch)
@@ -269,9 +270,14 @@ def _run_in_group(step: Step, owner: str, group: groups.Group) -> None:
     with logs.about(run=step.run_id, step=step.key, attempt=step.attempt), \
             tracing.attempt_span(step.run_id, step.key, step.attempt):
         if step.stop.is_set():
-            KEEPER.release("step", step.pk)  # its lease was lost while it waited its turn
+            # Its lease could not be kept while it waited its turn (the database away): it
+            # never began, so it is given back if it is still ours, else left to whoever
+            # holds it now (the lease token says which).
+            KEEPER.release("step", step.pk)
+            _give_back([step], owner)
             return
         context = _context(step)
+        step.began = True
         if "workflow" in step.config["run"]:
             try:
                 _start_child(step, owner)
@@ -281,6 +287,20 @@ def _run_in_group(step: Step, owner: str, group: groups.Group) -> None:
         outcome = _attempt(step.config["run"], context, step.run.shared_state, step.stop,
                            partial(_spawned, step.pk, step.lease_token))
         group.add(Finished(step, owner, outcome))
+
+
+def _give_back(steps: list[Step], owner: str) -> None:
+    """Steps of a batch that never began go back as never run (engine.release_unstarted),
+    so a batch cut short spends no attempt on them; if the database cannot take that now,
+    their leases run out and the sweeper takes them back."""
+    if not steps:
+        return
+    try:
+        engine.release_unstarted({s.pk: s.lease_token for s in steps}, actor=f"worker {owner}")
+    except DatabaseError:
+        connection.close()
+        log.warning("Could not give back %d unstarted step(s); their leases will run out",
+                    len(steps))
 
 
 def _record_group(finished: list[Finished], chain=None, limit: int = 0) -> list[Step]:

@@ -169,11 +169,14 @@ def test_workers_in_group_commits_run_each_step_once(settings):
 
 
 @pytest.mark.django_db
-def test_a_batch_cut_short_records_what_finished_and_lets_go_of_the_rest(settings,
-                                                                        monkeypatch):
+def test_a_batch_cut_short_records_what_finished_and_gives_back_the_rest(settings,
+                                                                         monkeypatch):
+    """The database goes away before the second step of the batch begins: the first is
+    recorded, the second and third (claimed, never begun) are given back with no attempt
+    spent, so a step with no retries still runs."""
     settings.TOLLGATE_GROUP_COMMIT_STEPS = 8
     chain("line", 1)
-    first, second = engine.open_run("line").run, engine.open_run("line").run
+    first, second, third = (engine.open_run("line").run for _ in range(3))
     real = worker.origin
 
     def away(run):
@@ -185,9 +188,28 @@ def test_a_batch_cut_short_records_what_finished_and_lets_go_of_the_rest(setting
     with pytest.raises(DatabaseError):
         worker.work()
     assert Run.objects.get(pk=first.pk).status == "completed"
-    step = Step.objects.get(run=second)
-    assert step.status == "running"  # its lease runs out; the sweeper takes it back
+    for run in (second, third):
+        step = Step.objects.get(run=run)
+        assert (step.status, step.lease_token) == ("retrying", "")
+        assert step.attempt - step.attempt_base - 1 == -1  # no retry spent
+        assert Checkpoint.objects.filter(step=step, kind="step_released").count() == 1
     assert not worker.KEEPER.leases  # no lease of this batch is kept alive
+    monkeypatch.setattr(worker, "origin", real)
+    worker.work()  # the database is back: both run, with no retries left to spend
+    assert set(Run.objects.values_list("status", flat=True)) == {"completed"}
+
+
+@pytest.mark.django_db
+def test_a_step_given_back_is_left_alone_once_its_lease_moved_on(settings):
+    chain("one", 1)
+    run = engine.open_run("one").run
+    step = engine.claim_next(owner="w1", lease_seconds=30)
+    token = step.lease_token
+    engine.release_unstarted({step.pk: "someone else's"}, actor="worker w1")
+    assert Step.objects.get(pk=step.pk).status == "running"  # not its token: untouched
+    engine.release_unstarted({step.pk: token}, actor="worker w1")
+    engine.release_unstarted({step.pk: token}, actor="worker w1")  # once only
+    assert Checkpoint.objects.filter(run=run, kind="step_released").count() == 1
 
 
 @pytest.mark.django_db
