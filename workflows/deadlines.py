@@ -12,8 +12,9 @@ log = logging.getLogger(__name__)
 
 
 def apply(now=None, limit: int = 1000) -> int:
-    """Expire every overdue gate; served by the partial index on waiting gates' deadlines."""
-    now = now or clock.now()
+    """Expire every overdue gate, by the database's own clock; served by the partial index on
+    waiting gates' deadlines."""
+    now = now or clock.database_now()
     overdue = (Step.objects.filter(status=StepStatus.WAITING_APPROVAL, deadline_at__lte=now)
                .order_by("deadline_at").values_list("pk", flat=True)[:limit])
     waits = (Step.objects.filter(kind=StepKind.WAIT, deadline_at__lte=now)
@@ -30,8 +31,9 @@ def apply(now=None, limit: int = 1000) -> int:
 
 
 def remind(now=None, limit: int = 1000) -> int:
-    """Send every reminder that is due; served by the partial index on gates' reminders."""
-    now = now or clock.now()
+    """Send every reminder that is due, by the database's own clock; served by the partial
+    index on gates' reminders."""
+    now = now or clock.database_now()
     due = list(Step.objects.filter(status=StepStatus.WAITING_APPROVAL, remind_at__lte=now)
                .order_by("remind_at").values_list("pk", flat=True)[:limit])
     done = 0

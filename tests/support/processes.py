@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -42,20 +43,37 @@ CONTAINER = ("unshare", "--pid", "--uts", "--fork", "--mount-proc", "--kill-chil
 
 
 def start_consumer(env: dict, *, workers: int = 2, log=subprocess.DEVNULL,
-                   container: str = "", skew: str = "") -> subprocess.Popen:
+                   container: str = "", skew: str = "", wall_step: str = "") -> subprocess.Popen:
     """`manage.py run_huey` with thread workers, in a session of its own; with `container`
     (a host name), in pid and UTS namespaces of its own, as a container on this node; with
-    `skew` ("-30s", "+60s"), its wall clock that far off (faketime; monotonic time kept)."""
+    `skew` ("-30s", "+60s"), its wall clock that far off (faketime; monotonic time kept); with
+    `wall_step` (a file holding an offset in seconds), a wall clock that steps whenever the
+    file is rewritten, monotonic time running on (`wallstep`)."""
     command = [sys.executable, "manage.py", "run_huey", "--workers", str(workers),
                "--worker-type", "thread"]
     if skew:  # libfaketime itself: the faketime wrapper's semaphore fails in a namespace.
         # Commands (and their supervisors) get the same clocks, as on one skewed machine.
         env = {**env, "LD_PRELOAD": libfaketime(), "FAKETIME": skew,
                "TOLLGATE_COMMAND_ENV": "PATH,HOME,LANG,TMPDIR,LD_PRELOAD,FAKETIME"}
+    if wall_step:
+        env = {**env, "LD_PRELOAD": wallstep(), "WALLSTEP_FILE": wall_step}
     if container:
         command = [*CONTAINER, "sh", "-c", 'hostname "$0" && exec "$@"', container, *command]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log,
                             start_new_session=True)
+
+
+def wallstep() -> str:
+    """tests/support/wallstep.c built (once) into var/: a wall clock that steps on cue."""
+    source = ROOT / "tests" / "support" / "wallstep.c"
+    built = ROOT / "var" / "wallstep.so"
+    if not built.exists() or built.stat().st_mtime < source.stat().st_mtime:
+        built.parent.mkdir(exist_ok=True)
+        partial = built.with_suffix(f".{os.getpid()}.so")
+        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(partial), str(source),
+                        "-ldl"], check=True)
+        partial.replace(built)
+    return str(built)
 
 
 def libfaketime() -> str:

@@ -25,6 +25,7 @@ class Clock:
     def __init__(self, monkeypatch):
         self.at = timezone.now().replace(microsecond=0)
         monkeypatch.setattr(clock, "now", lambda: self.at)
+        monkeypatch.setattr(clock, "database_now", lambda: self.at)
 
     def advance_to(self, seconds: float):
         """Seconds after the gate started waiting (the clock's first reading)."""

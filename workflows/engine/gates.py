@@ -203,7 +203,7 @@ def expire_gate(step_id: int) -> Checkpoint | None:
     """A gate past its deadline is rejected or escalated, as its spec says."""
     with locked(None, step_id=step_id) as state:
         run, step = state.run, state.find(step_id)
-        now = clock.now()
+        now = clock.database_now()  # never a process's clock: it may have stepped
         if (step is None or step.status != StepStatus.WAITING_APPROVAL or run.is_terminal
                 or step.deadline_at is None or step.deadline_at > now):
             return None  # decided, moved on or not due
@@ -239,7 +239,7 @@ def remind_gate(step_id: int) -> Checkpoint | None:
     next reminder planned. Nothing once the gate is decided, its run ended or it moved on."""
     with locked(None, step_id=step_id) as state:
         run, step = state.run, state.find(step_id)
-        now = clock.now()
+        now = clock.database_now()
         if (step is None or step.status != StepStatus.WAITING_APPROVAL or run.is_terminal
                 or step.remind_at is None or step.remind_at > now):
             return None

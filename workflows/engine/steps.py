@@ -564,7 +564,7 @@ def expire_leases(leases: dict[int, list[int]], *, actor=None) -> list[Checkpoin
 
 
 def _expire(state: RunState, step, actor, why: str = "") -> Checkpoint | None:
-    if not _overdue(step, clock.now()):
+    if not _overdue(step, clock.database_now()):  # the database's word, not this process's
         return None  # renewed, finished or already swept
     owner = step.lease_owner
     evidence = {"lease_owner": owner, "expired_at": step.lease_expires_at.isoformat(),
@@ -607,7 +607,7 @@ def note_lease_overdue(step_id: int) -> Checkpoint | None:
     database): say so once on the timeline, and wait."""
     with locked(None, step_id=step_id) as state:
         step = state.find(step_id)
-        if not _overdue(step, clock.now()) or step.overdue_noted_at is not None:
+        if not _overdue(step, clock.database_now()) or step.overdue_noted_at is not None:
             return None
         step.overdue_noted_at = clock.now()
         return commit(state, CheckpointKind.LEASE_OVERDUE, actor="sweeper", step=step,
@@ -628,7 +628,7 @@ def expire_wait(step_id: int) -> Checkpoint | None:
     """A wait step whose report did not come in time fails or is skipped, as its spec says."""
     with locked(None, step_id=step_id) as state:
         run, step = state.run, state.find(step_id)
-        now = clock.now()
+        now = clock.database_now()
         if (step is None or step.kind != StepKind.WAIT or run.is_terminal
                 or step.status not in (StepStatus.PENDING, StepStatus.RUNNING,
                                        StepStatus.BLOCKED)

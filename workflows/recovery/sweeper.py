@@ -66,8 +66,9 @@ def holder_gone(row: dict, now) -> tuple[bool, str]:
 
 def sweep(now=None, limit: int = 1000) -> SweepReport:
     """Reclaim dead leases (retry or fail, with a checkpoint), note overdue live ones,
-    recover compensations and re-ring idle ready steps."""
-    now = now or clock.now()
+    recover compensations and re-ring idle ready steps. Leases are judged by the
+    database's own clock, never this process's."""
+    now = now or clock.database_now()
     report = SweepReport()
     # A dead consumer's finished results on this machine are recorded before its leases
     # are judged: a finished command is never run again.

@@ -200,23 +200,25 @@ class Redactor:
         kept = [i for i, c in enumerate(text) if not c.isspace()]
         if len(kept) < len(text):
             squeezed = "".join(text[i] for i in kept)
+            # Whole forms only: a piece matched across the white space between two words
+            # would be a coincidence of the squeezing, not a secret.
             found += [(kept[start], kept[end - 1] + 1)
-                      for start, end in self._plain_spans(squeezed)]
+                      for start, end in self._plain_spans(squeezed, pieces=False)]
         found += [(start, end) for start, end, blob in _blobs(text)
                   if (decoded := _decoded(blob)) and self._plain_spans(decoded)]
         return _merged(found)
 
-    def _plain_spans(self, text: str) -> list[tuple[int, int]]:
+    def _plain_spans(self, text: str, pieces: bool = True) -> list[tuple[int, int]]:
         found = []
         for form in self.forms:
             at = text.find(form)
             while at != -1:
                 found.append((at, at + len(form)))
                 at = text.find(form, at + 1)
-        if self.pieces:
-            pieces = self.pieces
+        if pieces and self.pieces:
+            known = self.pieces
             found += [(i, i + PIECE) for i in range(len(text) - PIECE + 1)
-                      if text[i:i + PIECE] in pieces]
+                      if text[i:i + PIECE] in known]
         return found
 
     def text(self, text: str) -> str:

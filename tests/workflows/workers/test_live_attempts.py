@@ -476,6 +476,36 @@ def test_a_worker_with_a_skewed_clock_keeps_its_lease_and_its_retry_times(consum
     assert (retried - failed).total_seconds() < 6  # the 1 s backoff, on the database's clock
 
 
+@on_postgresql
+@pytest.mark.parametrize("step", ["217", "-217"])
+def test_a_consumer_whose_clock_steps_decides_nothing_early_and_keeps_its_leases(
+        consumers, tmp_path, step, settings):
+    """A consumer's wall clock steps 217 s (an NTP step, a resumed VM) while it holds a
+    running command and runs the deadline, reminder and sweep tasks every second: no gate
+    is rejected before its deadline, no reminder goes early, no live lease is taken back."""
+    offset = tmp_path / "offset"
+    offset.write_text("0")
+    log = tmp_path / "attempts.log"
+    consumers(workers=2, wall_step=str(offset), TOLLGATE_LEASE_SECONDS="3",
+              TOLLGATE_SWEEP_SECONDS="1")
+    spec = store_spec({"name": "stepped", "steps": [
+        {"key": "work", "run": {"shell": logged_shell(log, 8)}},
+        {"key": "ok", "approval": {"group": "qa", "timeout_seconds": 120,
+                                   "remind_after_seconds": 100}}]})[0]
+    run = engine.open_run(spec).run
+    running_step(run)
+    offset.write_text(step)  # the consumer's clock steps
+    wait_for(lambda: finished(run) or Step.objects.get(run=run, key="work").status
+             == "completed", 60, 0.2, what="the command to finish")
+    time.sleep(3)  # three more ticks of every periodic task on the stepped clock
+    gate = Step.objects.get(run=run, key="ok")
+    assert gate.status == "waiting_approval" and gate.reminders_sent == 0
+    kinds = set(Checkpoint.objects.filter(run=run).values_list("kind", flat=True))
+    assert not kinds & {"gate_timed_out", "gate_reminded", "lease_recovered", "step_retrying"}
+    work = Step.objects.get(run=run, key="work")
+    assert (work.status, work.attempt) == ("completed", 1) and overlaps(log) == []
+
+
 def test_skipping_a_running_command_stops_its_process_tree(consumers, tmp_path, people):
     """An operator skips a running step: its command and what it started are stopped, the
     run moves on, and the skip is one checkpoint."""
