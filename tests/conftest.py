@@ -86,6 +86,10 @@ def consumers(settings, tmp_path):
         consumer.stop()
 
 
+# The events servers running, {port: pid}, for a test that freezes one.
+EVENTS_SERVERS: dict[int, int] = {}
+
+
 @pytest.fixture
 def events_server():
     """The events server (tollgate.events under uvicorn) on a port of its own, on this test
@@ -101,7 +105,9 @@ def events_server():
         [sys.executable, "-m", "uvicorn", "tollgate.events:app", "--host", "127.0.0.1",
          "--port", str(port), "--log-level", "warning"],
         cwd=ROOT, env=consumer_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: port_open(port) or server.poll() is not None, 30, what="uvicorn")
+    wait_for(lambda: port_open(port) or server.poll() is not None, 60, what="uvicorn")
     assert server.poll() is None, "the events server did not start"
+    EVENTS_SERVERS[port] = server.pid
     yield port
     stop(server, sig=15)
+    EVENTS_SERVERS.pop(port, None)

@@ -32,7 +32,9 @@ from workflows import live  # noqa: E402
 log = logging.getLogger(__name__)
 
 LOOK_SECONDS = 0.25  # how often the versions are read while streams are open
-HEARTBEAT_SECONDS = 15.0  # a comment line, so proxies keep an idle stream open
+# An idle stream says "still" this often: proxies keep it open, and the page knows its
+# stream is alive (three silent beats and it polls each second instead).
+HEARTBEAT_SECONDS = 5.0
 PATH = "/live/events"
 
 
@@ -45,6 +47,7 @@ class Stream:
     keys: list[str]
     seen: str
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    down: bool = False  # the versions cannot be read: the page must poll
 
 
 class Hub:
@@ -73,8 +76,11 @@ class Hub:
         try:
             found = await asyncio.to_thread(
                 live.versions, [key for stream in streams for key in stream.keys])
-        except Exception:  # the versions are a hint: the pages' slow polls go on
+        except Exception:  # the versions are a hint: the pages poll each second meanwhile
             log.warning("Could not read page versions for open streams", exc_info=True)
+            for stream in streams:
+                stream.down = True
+                stream.changed.set()
             return
         for stream in streams:
             if live.digest([found[key] for key in stream.keys]) != stream.seen:
@@ -140,10 +146,11 @@ async def app(scope, receive, send) -> None:
             if gone.done():
                 return
             if stream.changed.is_set():
-                await send({"type": "http.response.body", "body": b"event: changed\ndata: \n\n",
-                            "more_body": False})
+                said = b"down" if stream.down else b"changed"
+                await send({"type": "http.response.body",
+                            "body": b"event: " + said + b"\ndata: \n\n", "more_body": False})
                 return
-            await send({"type": "http.response.body", "body": b": still\n\n",
+            await send({"type": "http.response.body", "body": b"event: still\ndata: \n\n",
                         "more_body": True})
     finally:
         HUB.streams.discard(stream)

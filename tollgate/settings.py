@@ -276,6 +276,8 @@ TOLLGATE_LIVE_PREFIX = HUEY["name"] + "-live:"
 # How long a page's list of what to watch holds before a poll reads the database again
 # (what changes with time alone, such as an away period starting, shows within it).
 TOLLGATE_LIVE_MAX_AGE = int(os.environ.get("TOLLGATE_LIVE_MAX_AGE", "120"))
+# How often a page holding an event stream asks anyway (its stream's safety net).
+TOLLGATE_LIVE_SLOW_POLL_SECONDS = int(os.environ.get("TOLLGATE_LIVE_SLOW_POLL_SECONDS", "30"))
 # How many event streams one person may hold open at once on one events process.
 TOLLGATE_LIVE_STREAMS_PER_PERSON = int(os.environ.get("TOLLGATE_LIVE_STREAMS_PER_PERSON", "20"))
 # Where open pages hold a server-sent events stream instead of polling each second

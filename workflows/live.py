@@ -197,7 +197,8 @@ def watch(user_id: int, page: str, keys: list[str]) -> dict:
     token = signing.dumps([user_id, page, keys], salt=SALT, compress=True)
     try:
         return {"watch": token, "seen": _seen(keys),
-                "events": settings.TOLLGATE_LIVE_EVENTS_URL}
+                "events": settings.TOLLGATE_LIVE_EVENTS_URL,
+                "slow": settings.TOLLGATE_LIVE_SLOW_POLL_SECONDS}
     except Exception:  # the versions are a hint; the database answers without them
         log.warning("Page versions cannot be read; open pages poll the database", exc_info=True)
         return {"watch": token, "seen": ""}

@@ -90,9 +90,27 @@
     var stream = streams[id] = new EventSource(now.dataset.events + "?page="
       + encodeURIComponent(location.pathname) + "&watch=" + encodeURIComponent(watch.value)
       + "&seen=" + encodeURIComponent(seen.value));
-    stream.onopen = function () { clearInterval(fallBacks[id]); delete fallBacks[id]; };
-    stream.addEventListener("changed", function () { stream.close(); ask(id); });
-    stream.onerror = function () { fallBack(id); };
+    // The server says "still" every few seconds: a stream silent for three of them (the
+    // events server frozen, a proxy holding it) is down, and so is one the server ends
+    // with "down" (it cannot read the versions: Redis away). The page then asks each
+    // second, and each answer tries a new stream.
+    var quiet = null;
+    function heard() {
+      clearTimeout(quiet);
+      quiet = setTimeout(function () { stream.close(); fallBack(id); }, 15000);
+    }
+    stream.onopen = function () { heard(); clearInterval(fallBacks[id]); delete fallBacks[id]; };
+    stream.addEventListener("still", heard);
+    stream.addEventListener("changed", function () { clearTimeout(quiet); stream.close(); ask(id); });
+    stream.addEventListener("down", function () { clearTimeout(quiet); stream.close(); fallBack(id); });
+    stream.onerror = function () { clearTimeout(quiet); fallBack(id); };
+  }
+  // A stream that ended (it said "changed", or went down) is listened to again when its
+  // poller comes back: an answer that replaces the poller (the run page's, out of band)
+  // fires its htmx:afterRequest on the old, detached element, which no listener hears.
+  function needsStream(elt) {
+    var stream = streams[elt.id];
+    return !stream || stream.readyState === 2;
   }
   function fallBack(id) {
     if (!fallBacks[id]) fallBacks[id] = setInterval(function () { ask(id); }, 1000);
@@ -103,9 +121,9 @@
       var now = document.getElementById(id);
       if (!now || !now.dataset.events) stop(id);  // the poller went, or polls no more
     });
-    if (root.matches && root.matches("[data-events]") && !streams[root.id]) listen(root);
+    if (root.matches && root.matches("[data-events]") && needsStream(root)) listen(root);
     if (root.querySelectorAll) root.querySelectorAll("[data-events]").forEach(function (elt) {
-      if (!streams[elt.id]) listen(elt);
+      if (needsStream(elt)) listen(elt);
     });
   });
   document.addEventListener("DOMContentLoaded", function () {

@@ -8,6 +8,7 @@ import http.client
 from urllib.parse import quote
 
 import pytest
+from django.conf import settings
 
 from tests.conftest import make_user
 from workflows import live
@@ -64,7 +65,7 @@ def test_pages_hold_a_stream_where_one_is_configured(client, settings):
     assert "data-events" not in client.get("/").text
     settings.TOLLGATE_LIVE_EVENTS_URL = "/live/events"
     page = client.get("/").text
-    assert 'data-events="/live/events"' in page and "tollgate:changed, every 30s" in page
+    assert 'data-events="/live/events"' in page and "tollgate:changed, every 30s" in page  # the safety net
 
 
 def test_a_stream_ends_with_its_session_and_its_token_opens_no_more(events_server, client):
@@ -94,3 +95,24 @@ def test_one_person_holds_a_bounded_number_of_streams(events_server, settings):
     assert other.status == 200
     for stream in held:
         stream.close()
+
+
+@pytest.mark.skipif(bool(settings.TOLLGATE_LIVE_REDIS_URL),
+                    reason="the versions are in Redis here; this takes the file's away")
+def test_a_stream_whose_versions_cannot_be_read_says_down(events_server):
+    """The versions' store gone (Redis away, the file unreadable): each open stream says
+    "down" and ends, so its page polls the database each second instead of waiting."""
+    import os
+
+    ann = make_user("ann")
+    watching = live.watch(ann.pk, "/runs/7/", [live.run_key(7)])
+    stream = open_stream(events_server, "/runs/7/", watching)
+    assert stream.status == 200 and stream.readline() == b": open\n"
+    path = settings.TOLLGATE_LIVE_FILE
+    os.replace(path, path + ".away")
+    os.mkdir(path)  # the store cannot be opened
+    try:
+        assert stream.read().endswith(b"event: down\ndata: \n\n")
+    finally:
+        os.rmdir(path)
+        os.replace(path + ".away", path)
