@@ -65,7 +65,8 @@ def test_pages_hold_a_stream_where_one_is_configured(client, settings):
     assert "data-events" not in client.get("/").text
     settings.TOLLGATE_LIVE_EVENTS_URL = "/live/events"
     page = client.get("/").text
-    assert 'data-events="/live/events"' in page and "tollgate:changed, every 30s" in page  # the safety net
+    assert 'data-events="/live/events"' in page
+    assert "tollgate:changed, every 30s" in page  # the safety-net poll
 
 
 def test_a_stream_ends_with_its_session_and_its_token_opens_no_more(events_server, client):
