@@ -463,3 +463,5 @@ TOLLGATE_SLACK_SIGNING_SECRET = os.environ.get("TOLLGATE_SLACK_SIGNING_SECRET", 
 TOLLGATE_SLACK_CHANNELS = env_json("TOLLGATE_SLACK_CHANNELS", {}, dict,
                                    "an object of approval group to Slack channel id")
 TOLLGATE_SLACK_API_URL = os.environ.get("TOLLGATE_SLACK_API_URL", "https://slack.com/api/")
+# How long a call to Slack's Web API may take before it is retried through the outbox.
+TOLLGATE_SLACK_TIMEOUT_SECONDS = float(os.environ.get("TOLLGATE_SLACK_TIMEOUT_SECONDS", "10"))

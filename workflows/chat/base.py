@@ -58,6 +58,10 @@ class ChatProvider(Protocol):
     def post(self, channel: str, message: GateMessage) -> str:
         """Post a gate; returns the message's reference (to update it)."""
 
+    def find(self, channel: str, step_id: int, attempt: int) -> str | None:
+        """The reference of this gate attempt's message, if one was posted to the channel
+        already (a post whose answer was lost), else None."""
+
     def update(self, channel: str, ref: str, message: GateMessage) -> None:
         """Show the gate as it is now (quorum, decisions, final state, buttons or none)."""
 

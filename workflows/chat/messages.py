@@ -59,10 +59,13 @@ def gate_message(gate: Step):
 
 def _post_once(chat, gate: Step, channel: str, message) -> None:
     """Post the gate to a channel unless this attempt is there already. The row is claimed
-    first, so two deliveries at once post once; a post whose reference was not saved (the
-    worker died between) is posted again: at least once, never lost."""
+    first, so two deliveries at once post once. A row left without its reference (the
+    platform answered too late, or the worker died before saving it) may have been posted:
+    the channel is searched for the message first (it carries the gate and attempt) and
+    that one adopted, so a retry posts once."""
     row = ChatMessage.objects.filter(step=gate, attempt=gate.attempt, provider=chat.name,
                                      channel=channel).first()
+    retried = row is not None
     if row is None:
         try:
             with transaction.atomic():
@@ -72,7 +75,9 @@ def _post_once(chat, gate: Step, channel: str, message) -> None:
             return  # another delivery is posting it
     if row.ref:
         return
-    ref = chat.post(channel, message)
+    ref = chat.find(channel, gate.pk, gate.attempt) if retried else None
+    if ref is None:
+        ref = chat.post(channel, message)
     ChatMessage.objects.filter(pk=row.pk).update(ref=ref, posted_at=timezone.now(),
                                                  final=not message.open)
 

@@ -20,6 +20,9 @@ ACTIONS = {"tollgate_approve": "approve", "tollgate_reject": "reject"}
 FORM_CALLBACK = "tollgate_decide"
 
 
+METADATA_EVENT = "tollgate_gate"
+
+
 def escape(text) -> str:
     """Slack's three control characters, escaped (a value cannot become a link or mention)."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -186,14 +189,31 @@ class Slack:
                  base_url: str | None = None):
         self.client = WebClient(token=token or settings.TOLLGATE_SLACK_BOT_TOKEN,
                                 base_url=base_url or settings.TOLLGATE_SLACK_API_URL,
-                                timeout=10)
+                                timeout=settings.TOLLGATE_SLACK_TIMEOUT_SECONDS)
         self.verifier = SignatureVerifier(signing_secret
                                           or settings.TOLLGATE_SLACK_SIGNING_SECRET)
 
     def post(self, channel: str, message: GateMessage) -> str:
-        response = self.client.chat_postMessage(channel=channel, text=_text(message),
-                                                blocks=blocks(message), unfurl_links=False)
+        # The message carries its gate and attempt (Slack's message metadata), so a post
+        # whose answer was lost is found again instead of posted twice (find).
+        response = self.client.chat_postMessage(
+            channel=channel, text=_text(message), blocks=blocks(message), unfurl_links=False,
+            metadata={"event_type": METADATA_EVENT,
+                      "event_payload": {"step": message.step_id, "attempt": message.attempt}})
         return response["ts"]
+
+    def find(self, channel: str, step_id: int, attempt: int) -> str | None:
+        """The channel's recent messages (the last 200, with their metadata) searched for
+        this gate attempt's."""
+        answer = self.client.conversations_history(channel=channel, limit=200,
+                                                   include_all_metadata=True)
+        for posted in answer.get("messages") or []:
+            meta = posted.get("metadata") or {}
+            payload = meta.get("event_payload") or {}
+            if (meta.get("event_type") == METADATA_EVENT and payload.get("step") == step_id
+                    and payload.get("attempt") == attempt):
+                return posted["ts"]
+        return None
 
     def update(self, channel: str, ref: str, message: GateMessage) -> None:
         self.client.chat_update(channel=channel, ts=ref, text=_text(message),

@@ -31,6 +31,8 @@ class FakeSlack:
         self.port = free_port()
         self.calls: list[tuple[str, dict]] = []
         self.emails: dict[str, str] = {}  # Slack user id -> e-mail (users.info)
+        self.posted: dict[str, list[dict]] = {}  # channel -> its messages, newest last
+        self.post_delay = 0.0  # seconds chat.postMessage takes to answer (after posting)
         self._ts = 0
         self._lock = threading.Lock()
         self.server = None
@@ -67,6 +69,8 @@ class FakeSlack:
                 ok = self.headers.get("Authorization") == f"Bearer {TOKEN}"
                 answer = fake.answer(method, data) if ok else {"ok": False,
                                                                "error": "invalid_auth"}
+                if method == "chat.postMessage" and fake.post_delay:
+                    time.sleep(fake.post_delay)  # posted, but the answer comes late
                 payload = json.dumps(answer).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -88,7 +92,22 @@ class FakeSlack:
             self.calls.append((method, data))
             if method == "chat.postMessage":
                 self._ts += 1
-                return {"ok": True, "channel": data["channel"], "ts": f"1800000000.{self._ts:06d}"}
+                ts = f"1800000000.{self._ts:06d}"
+                metadata = data.get("metadata")
+                if isinstance(metadata, str):
+                    metadata = json.loads(metadata)
+                if not data.get("thread_ts"):
+                    self.posted.setdefault(data["channel"], []).append(
+                        {"ts": ts, "text": data.get("text", ""),
+                         **({"metadata": metadata} if metadata else {})})
+                return {"ok": True, "channel": data["channel"], "ts": ts}
+            if method == "conversations.history":
+                newest_first = list(reversed(self.posted.get(data["channel"], [])))
+                limit = int(data.get("limit") or 100)
+                if str(data.get("include_all_metadata")).lower() not in ("true", "1"):
+                    newest_first = [{k: v for k, v in m.items() if k != "metadata"}
+                                    for m in newest_first]
+                return {"ok": True, "messages": newest_first[:limit]}
             if method in ("chat.update", "chat.postEphemeral", "views.open"):
                 return {"ok": True}
             if method == "users.info":

@@ -304,6 +304,28 @@ def test_slack_away_then_back_loses_nothing(slack, people):
     assert slack.calls_of("chat.postEphemeral")[0]["user"] == "U-NEW"
 
 
+def test_a_post_whose_answer_came_too_late_is_found_not_posted_again(slack, people,
+                                                                      settings):
+    """Slack posts the gate but answers after the client gave up: the outbox retries, and
+    the retry finds the message by its metadata (gate and attempt) and adopts it."""
+    settings.TOLLGATE_SLACK_TIMEOUT_SECONDS = 0.5
+    slack.post_delay = 1.5
+    run, gate = gate_waiting(people, month="May")
+    message = OutboxMessage.objects.get(job=OutboxJob.CHAT, done_at__isnull=True)
+    assert message.attempts == 1 and "timed out" in message.last_error.lower()
+    assert len(slack.posted["C-QA"]) == 1  # it was posted all the same
+    slack.post_delay = 0
+    assert outbox.deliver(message.pk, now=clock.now() + timedelta(hours=1)) == "done"
+    assert len(slack.calls_of("chat.postMessage")) == 1  # found, not posted again
+    posted = slack.posted["C-QA"][0]
+    assert posted["metadata"] == {"event_type": "tollgate_gate",
+                                  "event_payload": {"step": gate.pk, "attempt": 1}}
+    assert ChatMessage.objects.get(step=gate).ref == posted["ts"]
+    # Decisions then update that one message.
+    engine.approve(run, "sign", user=people["bob"])
+    assert slack.calls_of("chat.update")[-1]["ts"] == posted["ts"]
+
+
 def test_an_escalated_gate_moves_to_the_new_groups_channel(slack, people):
     spec = {**PAYROLL, "name": "payroll2", "steps": [
         PAYROLL["steps"][0], {**PAYROLL["steps"][1], "approval": {
