@@ -48,6 +48,20 @@ class TestSweeperChecksTheHolder:
         assert Step.objects.get(pk=step.pk).status == "running"
         assert Checkpoint.objects.filter(run=run, kind="lease_overdue").count() == 1
 
+    def test_a_live_holder_that_let_go_of_the_lease_loses_it(self):
+        """Its database was away past the lease: the holder let go of it, and its next
+        presence report no longer lists it, so the sweeper takes it back (the step is not
+        stuck behind a holder that will never record it)."""
+        from workflows.recovery import presence
+
+        run = engine.open_run(work_spec()).run
+        step = claimed(run, processes.this_process())
+        presence.report([f"step:{step.pk}"])  # still holding it, as far as it knows
+        assert sweeper.sweep().expired == 0
+        presence.report([])  # reported after the lease ran out, without it
+        assert sweeper.sweep().expired == 1
+        assert Step.objects.get(pk=step.pk).status == "retrying"
+
     def test_a_gone_holder_is_reclaimed(self):
         run = engine.open_run(work_spec()).run
         me = processes.this_process()

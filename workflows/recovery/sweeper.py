@@ -27,6 +27,7 @@ from workflows.models import (
     RunStatus,
     Step,
     StepStatus,
+    Worker,
 )
 from workflows.workers import worker
 
@@ -48,6 +49,22 @@ HOLDER_FIELDS = ("pk", "run_id", "lease_token", "lease_expires_at", "holder_host
                  "overdue_noted_at")
 
 
+LET_GO = "let go"  # the holder lives, but has said it no longer holds the lease
+
+
+def let_go(row: dict) -> bool:
+    """Has the lease's holder, alive, reported since the lease ran out (its presence beat,
+    which lists every lease it keeps) without this one? Then it let go of it (its database
+    was away longer than the lease) and will never record it: the lease is free to take
+    back. A frozen or cut-off holder reports nothing, so it is waited for as before."""
+    seen = (Worker.objects.filter(host=row["holder_host"], boot_id=row["holder_boot_id"],
+                                  pidns=row["holder_pidns"], pid=row["holder_pid"],
+                                  started=row["holder_started"])
+            .values_list("last_seen", "holds").first())
+    return (seen is not None and seen[0] > row["lease_expires_at"]
+            and f"step:{row['pk']}" not in (seen[1] or []))
+
+
 def expired_leases(now, limit: int) -> list[dict]:
     """Running steps whose lease ran out; served by the partial index on live leases."""
     return list(Step.objects.filter(status=StepStatus.RUNNING, lease_expires_at__lt=now)
@@ -58,6 +75,8 @@ def holder_gone(row: dict, now) -> tuple[bool, str]:
     """(may the lease be reclaimed now, what the holder's state is)."""
     state = processes.holder_state(row["holder_host"], row["holder_boot_id"], row["holder_pid"],
                                    row["holder_started"], row["holder_pidns"])
+    if state != processes.GONE and let_go(row):
+        return True, LET_GO
     if state == processes.UNKNOWN:
         grace = timedelta(seconds=settings.TOLLGATE_KILL_GRACE_SECONDS)
         return row["lease_expires_at"] + grace < now, state
