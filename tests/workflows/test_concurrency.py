@@ -182,3 +182,24 @@ def test_a_goal_made_while_its_parent_moves_is_linked_under_the_new_place(monkey
     assert set(GoalLink.objects.values_list("ancestor_id", "descendant_id", "depth")) == \
         closure_from_parents()
     assert tree.ancestor_ids(leaf.pk) == [leaf.pk, middle.pk, roots[1].pk]
+
+
+def test_two_authors_loading_a_new_name_at_once_leave_it_one_owner(db):
+    """Each of six authors loads their own spec under one new name at the same moment: the
+    name goes to exactly one of them, whose spec is the one stored; the others are refused."""
+    from tests.conftest import make_user
+    from workflows.errors import NotPermitted
+    from workflows.models import SpecOwner, WorkflowSpec
+    from workflows.specs.storage import store_spec
+
+    authors = [make_user(f"author{i}", perms=("add_workflowspec",)) for i in range(6)]
+    results = race(len(authors), lambda i: store_spec(
+        {"name": "contested", "description": f"by {i}",
+         "steps": [{"key": "w", "title": f"Wait {i}"}]}, actor=authors[i]))
+    stored = [r for r in results if isinstance(r, tuple)]
+    refused = [r for r in results if isinstance(r, NotPermitted)]
+    assert len(stored) + len(refused) == len(authors), results
+    owner = SpecOwner.objects.get(name="contested").user
+    assert {spec.pk for spec, _ in stored} <= set(
+        WorkflowSpec.objects.filter(name="contested").values_list("pk", flat=True))
+    assert all(spec.description == f"by {authors.index(owner)}" for spec, _ in stored)

@@ -45,8 +45,12 @@ def require_owner(actor, name: str) -> None:
             raise NotPermitted(f"Spec {name!r} belongs to the admins (loaded by a command or "
                                "before names had owners): an admin can make it yours (admin, "
                                "Spec owners).")
-        SpecOwner.objects.get_or_create(name=name, defaults={"user": actor})
-        return
+        # Two first loads at once: the unique name lets one claim it; the other is judged
+        # against whoever did.
+        owner, claimed = SpecOwner.objects.select_related("user", "group").get_or_create(
+            name=name, defaults={"user": actor})
+        if claimed:
+            return
     if owner.user_id == actor.pk or (
             owner.group_id and actor.groups.filter(pk=owner.group_id).exists()):
         return
