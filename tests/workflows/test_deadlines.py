@@ -75,3 +75,36 @@ def test_retry_after_timeout_restores_group_and_deadline(db, people):
     engine.retry_step(run, "ok")
     gate = Step.objects.get(run=run, key="ok")
     assert gate.approval_group == "qa" and gate.deadline_at is not None
+
+
+@pytest.mark.parametrize("entry", ["engine", "web", "htmx", "api", "bulk"])
+def test_a_decision_after_the_deadline_is_refused_before_the_deadline_task_runs(
+        db, people, entry):
+    """The deadline passed a second ago and no deadline task has run: a decision now is
+    refused on every channel, and the gate is left for the deadline to end."""
+    from django.test import Client
+
+    from workflows.models import ApiToken, Approval
+
+    run = engine.open_run(gated(), actor=people["alice"]).run
+    overdue(run)
+    gate = Step.objects.get(run=run, key="ok")
+    if entry == "engine":
+        with pytest.raises(engine.IllegalTransition, match="deadline passed"):
+            engine.approve(run, "ok", user=people["bob"])
+    elif entry == "bulk":
+        decided, refused = engine.decide_many([gate.pk], user=people["bob"],
+                                              decision="approve")
+        assert decided == [] and "deadline passed" in refused[gate.pk]
+    elif entry == "api":
+        token = ApiToken.objects.issue(people["bob"])[1]
+        response = Client(HTTP_AUTHORIZATION=f"Bearer {token}").post(
+            f"/api/runs/{run.pk}/steps/ok/approve", {}, content_type="application/json")
+        assert response.status_code == 409 and "deadline passed" in response.json()["error"]
+    else:
+        client = Client(**({"HTTP_HX_REQUEST": "true"} if entry == "htmx" else {}))
+        client.force_login(people["bob"])
+        response = client.post(f"/runs/{run.pk}/steps/ok/approve/", {"comment": "late"})
+        assert response.status_code == 409 and "deadline passed" in response.content.decode()
+    assert not Approval.objects.filter(step=gate).exists()
+    assert deadlines.apply() == 1 and status(run)["ok"] == "failed"

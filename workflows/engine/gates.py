@@ -52,6 +52,12 @@ def _gate(state: RunState, key, user, verb: str):
     if step.status != StepStatus.WAITING_APPROVAL:
         raise IllegalTransition(f"Cannot {verb} {key}: it is {step.status}, "
                                 "not waiting for approval.")
+    if step.deadline_at is not None and step.deadline_at <= clock.now():
+        # Past its deadline the gate is the deadline's, whether or not its task has run
+        # yet: a late decision is refused on every channel (the clock is the database's).
+        raise IllegalTransition(f"Cannot {verb} {key}: its deadline passed at "
+                                f"{step.deadline_at:%Y-%m-%d %H:%M:%S %Z}; it "
+                                f"{'escalates' if _escalates(step) else 'is rejected'} now.")
     if not permissions.signed_in(user):
         raise NotPermitted(permissions.NOT_SIGNED_IN)
     rules = policy.rules_of(step)
@@ -64,6 +70,11 @@ def _gate(state: RunState, key, user, verb: str):
         raise (IllegalTransition if user.pk in decided else NotPermitted)(chosen)
     rule, person = chosen
     return step, rules, rule, (person if person.delegated else None)
+
+
+def _escalates(step: Step) -> bool:
+    return (step.config.get("approval", {}).get("on_timeout") == "escalate"
+            and not step.escalated_at)
 
 
 def _channel(channel: str, chat_identity: str) -> tuple[str, str]:
