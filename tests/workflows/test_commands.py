@@ -30,6 +30,23 @@ def test_load_workflow_prints_name_and_version(tmp_path):
     assert call("load_workflow", str(path))[0] == "release v2\n"
 
 
+def test_load_workflow_stores_a_file_under_another_name(tmp_path):
+    path = tmp_path / "release.json"
+    path.write_text(json.dumps(RELEASE))
+    assert call("load_workflow", str(path), "--name", "release-eu")[0] == "release-eu v1\n"
+    assert call("load_workflow", str(path))[0] == "release v1\n"
+    assert set(WorkflowSpec.objects.values_list("name", flat=True)) == {"release", "release-eu"}
+    with pytest.raises(CommandError, match="give one file, not 2"):
+        call("load_workflow", str(path), str(path), "--name", "x")
+    path.write_text(json.dumps(RELEASE))
+    out, err = StringIO(), StringIO()
+    with pytest.raises(CommandError):
+        call_command("load_workflow", str(path), "--name", "Not A Slug!", stdout=out,
+                     stderr=err)
+    assert "name" in err.getvalue() and not WorkflowSpec.objects.filter(
+        name="Not A Slug!").exists()
+
+
 def test_load_workflow_refuses_invalid_file_and_stores_nothing_from_it(tmp_path):
     good, bad = tmp_path / "good.json", tmp_path / "bad.json"
     good.write_text(json.dumps(RELEASE))

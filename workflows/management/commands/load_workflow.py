@@ -9,13 +9,20 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("files", nargs="+", metavar="FILE")
+        parser.add_argument("--name", default="",
+                            help="store the (one) file's spec under this name instead of its own")
 
     def handle(self, *args, **options):
         files = options["files"]
+        if options["name"] and len(files) != 1:
+            raise CommandError(f"--name names one spec: give one file, not {len(files)}.")
         failed = 0
         for path in files:
             try:
-                spec, created = store_spec(parse_spec_file(path))
+                data = parse_spec_file(path)
+                if options["name"] and isinstance(data, dict):
+                    data = {**data, "name": options["name"]}
+                spec, created = store_spec(data)
             except SpecError as exc:
                 failed += 1
                 self.stderr.write(f"{path}: {exc}" if not str(exc).startswith(path) else str(exc))
