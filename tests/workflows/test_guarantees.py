@@ -32,8 +32,13 @@ def work_spec(name="w", **step):
 
 
 def claimed(run, holder):
+    """The step claimed by `holder` and begun (its mark in the spool), its lease run out."""
+    from workflows.workers import spool
+
     step = Step.objects.get(run=run, key="a")
     engine.claim_step(step.pk, owner="w1", lease_seconds=30, holder=holder)
+    step.refresh_from_db()
+    spool.mark_began("step", step.pk, step.lease_token)
     Step.objects.filter(pk=step.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     return step
 
@@ -61,6 +66,34 @@ class TestSweeperChecksTheHolder:
         presence.report([])  # reported after the lease ran out, without it
         assert sweeper.sweep().expired == 1
         assert Step.objects.get(pk=step.pk).status == "retrying"
+
+    def test_a_dead_holders_unstarted_steps_are_given_back_unspent(self, settings, tmp_path):
+        """A consumer on this machine claimed a batch of three and was killed with SIGKILL
+        while the first ran: the first is charged its attempt (it began), the other two are
+        given back with none spent, so with no retries left they still run."""
+        from workflows.engine import batches
+        from workflows.workers import spool
+
+        settings.TOLLGATE_SPOOL_DIR = str(tmp_path / "spool")
+        spec = work_spec("batch", max_retries=0)
+        runs = [engine.open_run(spec).run for _ in range(3)]
+        me = processes.this_process()
+        ghost = processes.Holder(me.host, me.boot_id, me.pid, (me.started or 0) + 1,
+                                 me.pidns)
+        batch = batches.claim_many(engine.Chain("w1", 30, ghost), 3)
+        assert len(batch) == 3
+        first = batch[0]
+        spool.mark_began("step", first.pk, first.lease_token)
+        Step.objects.filter(pk__in=[s.pk for s in batch]).update(
+            lease_expires_at=timezone.now() - timedelta(seconds=1))
+        report = sweeper.sweep()
+        assert (report.expired, report.released) == (1, 2)
+        assert Step.objects.get(pk=first.pk).status == "failed"  # began, no retries left
+        for step in batch[1:]:
+            row = Step.objects.get(pk=step.pk)
+            assert row.status == "retrying" and row.lease_token == ""
+            assert Checkpoint.objects.filter(step=row, kind="step_released").count() == 1
+        assert {Run.objects.get(pk=r.pk).status for r in runs} >= {"failed", "running"}
 
     def test_a_gone_holder_is_reclaimed(self):
         run = engine.open_run(work_spec()).run

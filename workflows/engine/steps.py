@@ -555,16 +555,18 @@ def expire_leases(leases: dict[int, list[int]], *, actor=None) -> list[Checkpoin
     done = []
     with transaction.atomic():
         states = read_locked(lock_runs(list(leases)))
+        now = clock.database_now()  # once for the batch: its statements stay constant
         for state in states:
-            expired = (_expire(state, state.find(step_id), actor)
+            expired = (_expire(state, state.find(step_id), actor, now=now)
                        for step_id in leases[state.run.pk])
             done += [checkpoint for checkpoint in expired if checkpoint is not None]
         flush_all(states)
     return done
 
 
-def _expire(state: RunState, step, actor, why: str = "") -> Checkpoint | None:
-    if not _overdue(step, clock.database_now()):  # the database's word, not this process's
+def _expire(state: RunState, step, actor, why: str = "", now=None) -> Checkpoint | None:
+    # The database's word on the lease, not this process's clock.
+    if not _overdue(step, now or clock.database_now()):
         return None  # renewed, finished or already swept
     owner = step.lease_owner
     evidence = {"lease_owner": owner, "expired_at": step.lease_expires_at.isoformat(),

@@ -29,7 +29,7 @@ from workflows.models import (
     StepStatus,
     Worker,
 )
-from workflows.workers import worker
+from workflows.workers import spool, worker
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ class SweepReport:
     compensations: int = 0
     failed: int = 0
     recorded: int = 0
+    released: int = 0
 
 
 HOLDER_FIELDS = ("pk", "run_id", "lease_token", "lease_expires_at", "holder_host",
@@ -63,6 +64,16 @@ def let_go(row: dict) -> bool:
             .values_list("last_seen", "holds").first())
     return (seen is not None and seen[0] > row["lease_expires_at"]
             and f"step:{row['pk']}" not in (seen[1] or []))
+
+
+def never_began(row: dict, state: str) -> bool:
+    """Did a dead holder on this machine claim this step (in a batch) and die before it
+    began? Its begun-mark and spool folder are here to say: no mark, no folder, never
+    begun. A holder elsewhere cannot be judged so (its spool is not ours)."""
+    me = processes.this_process()
+    return (state == processes.GONE and row["holder_host"] == me.host[:200]
+            and processes.local(row["holder_boot_id"], row["holder_pidns"])
+            and not spool.began("step", row["pk"], row["lease_token"]))
 
 
 def expired_leases(now, limit: int) -> list[dict]:
@@ -96,11 +107,14 @@ def sweep(now=None, limit: int = 1000) -> SweepReport:
     except Exception:
         log.exception("Could not record the spool's orphaned results")
     gone_by_run: dict[int, list[int]] = {}
+    unstarted: list[dict] = []
     for row in expired_leases(now, limit):
         try:
             gone, state = holder_gone(row, now)
             if gone and worker.record_finished("step", row["pk"], row["lease_token"]):
                 report.recorded += 1
+            elif gone and never_began(row, state):
+                unstarted.append(row)
             elif gone:
                 gone_by_run.setdefault(row["run_id"], []).append(row["pk"])
             elif state == processes.ALIVE and row["overdue_noted_at"] is None:
@@ -108,6 +122,15 @@ def sweep(now=None, limit: int = 1000) -> SweepReport:
         except Exception as exc:  # one bad row must not stop the sweep for everyone
             report.failed += 1
             note_failure(row["run_id"], row["pk"], "reclaim its lease", exc)
+    if unstarted:
+        try:
+            report.released = len(engine.release_unstarted(
+                {row["pk"]: row["lease_token"] for row in unstarted}, actor="sweeper"))
+        except Exception:
+            log.exception("Could not give back %d unstarted step(s); reclaiming them",
+                          len(unstarted))
+            for row in unstarted:
+                gone_by_run.setdefault(row["run_id"], []).append(row["pk"])
     runs = sorted(gone_by_run)
     for start in range(0, len(runs), RUNS_PER_BATCH):
         batch = {run_id: gone_by_run[run_id] for run_id in runs[start:start + RUNS_PER_BATCH]}

@@ -121,8 +121,11 @@ class LeaseKeeper:
         return stop
 
     def release(self, kind: str, pk: int) -> None:
+        """The attempt is over (recorded, kept in the spool, or never begun)."""
         with self.lock:
-            self.leases.pop((kind, pk), None)
+            lease = self.leases.pop((kind, pk), None)
+        if lease is not None:
+            spool.forget_began(kind, pk, lease.token)
 
     def run(self) -> None:
         idle = False
@@ -277,6 +280,7 @@ def _run_in_group(step: Step, owner: str, group: groups.Group) -> None:
             _give_back([step], owner)
             return
         context = _context(step)
+        spool.mark_began("step", step.pk, step.lease_token)
         step.began = True
         if "workflow" in step.config["run"]:
             try:
@@ -418,6 +422,7 @@ def _execute_attempt(step: Step, owner: str, chain: bool):
     context = _context(step)
     stop = KEEPER.hold("step", step.pk, token, settings.TOLLGATE_LEASE_SECONDS,
                        since=getattr(step, "claimed_since", None))
+    spool.mark_began("step", step.pk, token)
     try:
         if "workflow" in step.config["run"]:
             return _start_child(step, owner)

@@ -74,6 +74,34 @@ def test_sigkill_mid_step_is_recovered_by_a_new_consumer(consumers, tmp_path):
     assert attempts.read_text().count("started") == 2
 
 
+def test_sigkill_mid_batch_charges_only_the_step_that_began(consumers, tmp_path):
+    """Six one-step runs with no retries, claimed as one batch; the consumer is killed with
+    SIGKILL while the first runs. The next consumer's sweeper gives the five that never
+    began back unspent, and they run: only the one that began is charged (and, with no
+    retries, fails as its policy says)."""
+    attempts = tmp_path / "attempts"
+    spec = store_spec({"name": "batch", "steps": [
+        {"key": "work", "max_retries": 0,
+         "run": {"shell": f"echo $TOLLGATE_RUN_ID >> {attempts}; sleep 2"}}]})[0]
+    runs = [engine.open_run(spec).run for _ in range(6)]
+    env = {"TOLLGATE_SPOOL_DIR": str(tmp_path / "spool"), "TOLLGATE_LEASE_SECONDS": "2",
+           "TOLLGATE_SWEEP_SECONDS": "1", "TOLLGATE_GROUP_COMMIT_STEPS": "8"}
+    first = consumers(workers=1, **env)
+    wait_for(lambda: attempts.exists() and attempts.read_text().strip(), 30,
+             what="the batch's first command to start")
+    assert Step.objects.filter(run__in=runs, status="running").count() == 6  # one batch
+    first.kill()
+    consumers(workers=1, **env)
+    wait_for(lambda: all(closed(run) for run in runs), 90, what="every run to end")
+    began = attempts.read_text().split()
+    statuses = [run_status(run) for run in runs]
+    assert statuses.count("completed") == 5 and statuses.count("failed") == 1, statuses
+    failed = next(run for run in runs if run_status(run) == "failed")
+    assert began.count(str(failed.pk)) == 1  # it began once, and was not run again
+    assert Checkpoint.objects.filter(run__in=runs, kind="step_released").count() == 5
+    assert all(began.count(str(run.pk)) == 1 for run in runs)  # each command ran once
+
+
 def test_cancel_stops_a_running_sleep(consumers, tmp_path):
     pid_file = tmp_path / "pid"
     spec = store_spec({"name": "long", "steps": [
