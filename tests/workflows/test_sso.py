@@ -93,6 +93,9 @@ class FakeClient:
     def userinfo(self, token):
         return self.info
 
+    def load_server_metadata(self):
+        return {}  # no end-session endpoint
+
 
 @pytest.fixture
 def provider(settings, monkeypatch):
@@ -174,3 +177,18 @@ def test_the_api_description_follows_its_setting(settings):
         "/api/openapi.json").status_code == 200
     settings.TOLLGATE_API_DOCS_PUBLIC = True
     assert Client().get("/api/openapi.json").status_code == 200
+
+
+def test_signing_out_needs_no_check_at_the_provider_first(provider):
+    """A session due for its check at the provider can still sign out at once."""
+    from workflows.sso.views import CHECKED_AT, ID_TOKEN
+
+    client = Client()
+    client.force_login(make_user("ann"))
+    session = client.session
+    session[ID_TOKEN], session[CHECKED_AT] = "an-id-token", 0  # long due
+    session.save()
+    assert "recheck=1" in client.get("/runs/")["Location"]  # pages go through the check
+    response = client.post("/logout/")
+    assert response.status_code == 302 and "recheck" not in response["Location"]
+    assert "_auth_user_id" not in client.session

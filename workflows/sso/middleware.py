@@ -59,7 +59,7 @@ class SsoRecheck:
         if (every and settings.TOLLGATE_OIDC_ISSUER and session is not None
                 and session.get(ID_TOKEN) is not None and request.user.is_authenticated
                 and time.time() - session.get(CHECKED_AT, 0) > every
-                and not request.path.startswith(("/sso/", "/static/"))):
+                and not request.path.startswith(("/sso/", "/static/", reverse("logout")))):
             return _go_through(request, "sso_login", {"recheck": "1"},
                                "Your company sign-in needs checking: reload the page.")
         return self.get_response(request)

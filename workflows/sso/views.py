@@ -162,7 +162,11 @@ def sign_out(request):
     id_token = request.session.get(ID_TOKEN)
     auth.logout(request)
     if id_token and provider.enabled():
-        metadata = provider.client().load_server_metadata()
+        try:
+            metadata = provider.client().load_server_metadata()
+        except TOKEN_ERRORS:  # the provider away: signed out here all the same
+            log.warning("Could not reach the provider to end its session too", exc_info=True)
+            metadata = {}
         if metadata.get("end_session_endpoint"):
             return provider.client().logout_redirect(
                 request, post_logout_redirect_uri=_absolute(request, "login"),
