@@ -71,8 +71,14 @@ class FileVersions:
         self.local = threading.local()
 
     def db(self) -> sqlite3.Connection:
+        # A file replaced or removed under an open connection would be read forever as it
+        # was: the file's identity is checked each time (a stat), and a missing one raises.
+        inode = os.stat(self.path).st_ino if os.path.exists(self.path) else None
         db = getattr(self.local, "db", None)
-        if db is None or self.local.pid != os.getpid():
+        if db is not None and (self.local.pid != os.getpid() or self.local.inode != inode):
+            db.close()
+            db = None
+        if db is None:
             db = sqlite3.connect(self.path, timeout=5, isolation_level=None,
                                  check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
@@ -80,6 +86,7 @@ class FileVersions:
             db.execute("CREATE TABLE IF NOT EXISTS versions (key TEXT PRIMARY KEY, "
                        "value TEXT NOT NULL, at REAL NOT NULL)")
             self.local.db, self.local.pid = db, os.getpid()
+            self.local.inode = os.stat(self.path).st_ino
         return db
 
     def read(self, keys: list[str]) -> list[str]:
