@@ -134,7 +134,7 @@ def test_a_refused_start_with_inline_steps_stores_no_version(api, people):
     ("step_title", "Renamed", "add a step with its title through POST /api/runs/{id}/steps"),
     ("max_retries", 3, "retries are the spec's"),
     ("retry_policy", "exponential", "the retry policy is the spec's"),
-    ("retry_after", "2026-12-06T00:00:00Z", "report step_status retrying"),
+    ("retry_after", "2026-12-06T00:00:00Z", "POST /api/runs/{id}/steps/{key}/retry"),
     ("requires_approval", False, "a report never passes or skips one"),
     ("compensation", {"shell": "undo"}, "a compensation is declared on the step"),
 ])
@@ -147,6 +147,20 @@ def test_other_runtimes_transition_fields_are_refused_with_tollgates_way(api, ta
     assert f"{field} is not taken: " in response.json()["error"] and way in (
         response.json()["error"])
     assert Checkpoint.objects.filter(run_id=task["id"]).count() == before
+
+
+def test_what_the_retry_after_refusal_advises_works(api, task):
+    """The advice: fail the step, an operator retries it, the agent reports it running."""
+    run = task["id"]
+    failed = api["alice"].post(f"/api/runs/{run}/transition",
+                               {"step": "work", "step_status": "failed", "summary": "flaky"})
+    assert failed.status_code == 200, failed.json()
+    retried = api["alice"].post(f"/api/runs/{run}/steps/work/retry", {})
+    assert retried.status_code == 200, retried.json()
+    again = api["alice"].post(f"/api/runs/{run}/transition",
+                              {"step": "work", "step_status": "running"})
+    assert again.status_code == 200, again.json()
+    assert again.json()["run"]["status"] == "running"
 
 
 def test_a_step_given_as_a_title_is_a_wait_step(api, task):

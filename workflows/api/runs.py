@@ -81,8 +81,10 @@ FOREIGN_TRANSITION_FIELDS = {
                    "POST /api/runs/{id}/steps/{key}/retry retries a failed step",
     "retry_policy": "the retry policy is the spec's (retry_backoff, retry_backoff_seconds on "
                     "the step)",
-    "retry_after": "when a retry starts is the spec's backoff; report step_status "
-                   "retrying to ask for one",
+    "retry_after": "when an automatic retry starts is the spec's backoff "
+                   "(retry_backoff_seconds on the step); to try a failed step again now, an "
+                   "operator calls POST /api/runs/{id}/steps/{key}/retry, and a wait step's "
+                   "new attempt begins when it is reported running",
     "requires_approval": "a gate is a step with approval, in the spec or added by an "
                          "operator through POST /api/runs/{id}/steps; a report never passes "
                          "or skips one",
