@@ -105,10 +105,8 @@ def docs_access(view):
 
     @wraps(view)
     def guarded(request, *args, **kwargs):
-        header = request.headers.get("Authorization", "")
-        token = header[7:].strip() if header.lower().startswith("bearer ") else ""
         if (settings.TOLLGATE_API_DOCS_PUBLIC or request.user.is_authenticated
-                or (token and TokenAuth().authenticate(request, token) is not None)):
+                or TokenAuth()(request) is not None):
             return view(request, *args, **kwargs)
         return JsonResponse({"error": "Sign in (or send an API token) to read the API's "
                                       "description: it is not public here "

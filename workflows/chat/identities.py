@@ -38,10 +38,10 @@ def verified_emails(user) -> set[str]:
     """The e-mails someone vouched for as this person's, lower-cased: those the sign-on
     provider verified, and the account's own e-mail where no provider speaks for the person
     (an admin wrote it; sign-on writes only verified e-mails)."""
-    found = {e.lower() for e in SsoIdentity.objects.filter(user=user, email_verified=True)
-             .values_list("email", flat=True) if e}
-    has_identity = SsoIdentity.objects.filter(user=user).exists()
-    if user.email and not has_identity:
+    identities = list(SsoIdentity.objects.filter(user=user)
+                      .values_list("email", "email_verified"))
+    found = {email.lower() for email, verified in identities if verified and email}
+    if user.email and not identities:
         found.add(user.email.lower())
     return found
 

@@ -176,15 +176,19 @@ def next_action(steps, ready=None) -> tuple[str, str]:
 MISSING = object()
 
 
+def _read(when: dict, shared_state: dict, params: dict) -> tuple[str, object]:
+    """(where a condition looks, in words; the value there, or MISSING)."""
+    source = "state" if "state" in when else "params"
+    value = shared_state if source == "state" else params
+    for part in when[source].split("."):
+        value = value.get(part, MISSING) if isinstance(value, dict) else MISSING
+    return f"{source} {when[source]}", value
+
+
 def condition_holds(when: dict, shared_state: dict, params: dict) -> tuple[bool, str]:
     """(does a step's `when` hold, a sentence saying why for the timeline)."""
-    source = "state" if "state" in when else "params"
-    path = when[source]
-    value = shared_state if source == "state" else params
-    for part in path.split("."):
-        value = value.get(part, MISSING) if isinstance(value, dict) else MISSING
+    where, value = _read(when, shared_state, params)
     shown = "missing" if value is MISSING else repr(value)
-    where = f"{source} {path}"
     if "exists" in when:
         holds = (value is not MISSING) == when["exists"]
         return holds, f"{where} is {'set' if value is not MISSING else 'missing'}"
@@ -213,10 +217,7 @@ def rule_applies(when: dict, shared_state: dict, params: dict) -> tuple[bool, st
     holds, why = condition_holds(when, shared_state, params)
     if holds or "exists" in when:
         return holds, why
-    source = "state" if "state" in when else "params"
-    value = shared_state if source == "state" else params
-    for part in when[source].split("."):
-        value = value.get(part, MISSING) if isinstance(value, dict) else MISSING
+    _, value = _read(when, shared_state, params)
     if value is MISSING:
         return True, f"{why}; it is missing, so the rule applies"
     wanted = [when[t] for t in ("equals", "not_equals") if t in when] or list(
