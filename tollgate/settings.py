@@ -146,14 +146,34 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {
-    "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'tollgate.sqlite3'}"),
+
+
+def parse_database_url(url: str) -> dict:
+    """dj-database-url's settings, plus libpq's several hosts for a primary and its standbys:
+    postgres://user@db1:5432,db2:5432/tollgate?target_session_attrs=read-write connects to
+    whichever of them is the primary now (the README's failover section)."""
+    scheme, sep, rest = url.partition("://")
+    netloc = rest.split("/", 1)[0].rsplit("@", 1)[-1]
+    hosts = netloc.split(",") if sep and "," in netloc else []
+    if hosts:
+        rest = rest.replace(netloc, hosts[0], 1)
+    db = dj_database_url.parse(
+        f"{scheme}{sep}{rest}",
         # Workers run many short tasks: reopening a PostgreSQL connection for each would cost
         # more than the task. Health checks replace a connection the server dropped.
         conn_max_age=int(os.environ.get("TOLLGATE_CONN_MAX_AGE", "300")),
         conn_health_checks=True,
     )
+    if hosts:
+        pairs = [host.rpartition(":") if ":" in host else (host, "", "5432") for host in hosts]
+        db["HOST"] = ",".join(host for host, _, _ in pairs)
+        db["PORT"] = ",".join(port for _, _, port in pairs)
+    return db
+
+
+DATABASES = {
+    "default": parse_database_url(
+        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'tollgate.sqlite3'}")),
 }
 # Behind PgBouncer in transaction pooling mode a server connection serves another client
 # after each transaction: no server-side cursors, and (before PgBouncer 1.21) no prepared
@@ -167,6 +187,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # compiling then takes longer than the query (0.9 s of a 1.2 s goal page at 100k runs).
     # PgBouncer drops this startup option: there, `ALTER DATABASE ... SET jit = off`.
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = "-c jit=off"
+    # A connection cut off by a network partition fails after this long, instead of hanging
+    # through TCP's minutes of retransmissions (libpq's tcp_user_timeout, for data sent and
+    # not acknowledged), and an idle pooled one is probed (keepalives) so a dead one is found.
+    # A long query is not cut: the server acknowledges it while it runs.
+    for option, value in (
+        ("tcp_user_timeout", int(float(os.environ.get(
+            "TOLLGATE_PG_TCP_USER_TIMEOUT_SECONDS", "30")) * 1000)),
+        ("keepalives", 1), ("keepalives_idle", 30), ("keepalives_interval", 10),
+        ("keepalives_count", 3),
+    ):
+        DATABASES["default"]["OPTIONS"].setdefault(option, value)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets readers run beside the one writer; IMMEDIATE takes the write lock at BEGIN,
     # so two transitions on one run queue up instead of failing with "database is locked".

@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.consumer]
 
 ON_POSTGRES = connection.vendor == "postgresql"
 # PostgreSQL + Redis is the production topology: the long campaign runs there.
-FAULTS = int(os.environ.get("TOLLGATE_FAULTS", "300" if ON_POSTGRES else "60"))
+FAULTS = int(os.environ.get("TOLLGATE_FAULTS", "300" if ON_POSTGRES else "100"))
 
 
 def specs(log, undo_log, tmp_path):

@@ -43,12 +43,14 @@ CONTAINER = ("unshare", "--pid", "--uts", "--fork", "--mount-proc", "--kill-chil
 
 
 def start_consumer(env: dict, *, workers: int = 2, log=subprocess.DEVNULL,
-                   container: str = "", skew: str = "", wall_step: str = "") -> subprocess.Popen:
+                   container: str = "", skew: str = "", wall_step: str = "",
+                   netns: str = "") -> subprocess.Popen:
     """`manage.py run_huey` with thread workers, in a session of its own; with `container`
     (a host name), in pid and UTS namespaces of its own, as a container on this node; with
     `skew` ("-30s", "+60s"), its wall clock that far off (faketime; monotonic time kept); with
     `wall_step` (a file holding an offset in seconds), a wall clock that steps whenever the
-    file is rewritten, monotonic time running on (`wallstep`)."""
+    file is rewritten, monotonic time running on (`wallstep`); with `netns`, in that network
+    namespace (a host of its own on the network, tests/support/netns.py)."""
     command = [sys.executable, "manage.py", "run_huey", "--workers", str(workers),
                "--worker-type", "thread"]
     if skew:  # libfaketime itself: the faketime wrapper's semaphore fails in a namespace.
@@ -59,6 +61,8 @@ def start_consumer(env: dict, *, workers: int = 2, log=subprocess.DEVNULL,
         env = {**env, "LD_PRELOAD": wallstep(), "WALLSTEP_FILE": wall_step}
     if container:
         command = [*CONTAINER, "sh", "-c", 'hostname "$0" && exec "$@"', container, *command]
+    if netns:
+        command = ["ip", "netns", "exec", netns, *command]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log,
                             start_new_session=True)
 
@@ -112,9 +116,13 @@ def answers(port: int, path: str = "/healthz") -> bool:
         conn.close()
 
 
-def start_gunicorn(env: dict, port: int, *, workers: int = 2) -> subprocess.Popen:
+def start_gunicorn(env: dict, port: int, *, workers: int = 2,
+                   wall_step: str = "") -> subprocess.Popen:
     """gunicorn serving tollgate.wsgi on 127.0.0.1:port; returns once it answers (on a
-    busy machine its workers can take many seconds to load Django)."""
+    busy machine its workers can take many seconds to load Django). With `wall_step`, its
+    wall clock steps as start_consumer's does."""
+    if wall_step:
+        env = {**env, "LD_PRELOAD": wallstep(), "WALLSTEP_FILE": wall_step}
     web = subprocess.Popen(
         [str(Path(sys.executable).with_name("gunicorn")), "tollgate.wsgi", "--bind",
          f"127.0.0.1:{port}", "--workers", str(workers), "--log-level", "warning"],

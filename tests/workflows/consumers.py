@@ -101,10 +101,11 @@ class Consumer:
     """One consumer process; stopped (SIGINT, then SIGKILL) when the test ends."""
 
     def __init__(self, workers: int = 2, log: Path | None = None, container: str = "",
-                 skew: str = "", wall_step: str = "", **env: str):
+                 skew: str = "", wall_step: str = "", netns: str = "", **env: str):
         self.log = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
         self.proc = start_consumer(consumer_env(**env), workers=workers, log=self.log,
-                                   container=container, skew=skew, wall_step=wall_step)
+                                   container=container, skew=skew, wall_step=wall_step,
+                                   netns=netns)
         # The consumer process itself, as this test sees it (in a container: unshare's child).
         self.pid = inner_pid(self.proc.pid) if container else self.proc.pid
 

@@ -17,6 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from functools import partial
+from types import SimpleNamespace
 
 from django.conf import settings
 from django.db import DatabaseError, connection
@@ -104,6 +105,7 @@ class LeaseKeeper:
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         self.pid = os.getpid()
+        self.beating_since: float | None = None  # time.monotonic() the current beat began
 
     def hold(self, kind: str, pk: int, token: str, seconds: float, renew=None,
              since: float | None = None) -> Stop:
@@ -111,14 +113,49 @@ class LeaseKeeper:
         since = time.monotonic() if since is None else since
         stop = Stop(seconds, since + seconds)
         with self.lock:
-            if self.thread is None or not self.thread.is_alive() or self.pid != os.getpid():
+            if self.thread is None or not self.thread.is_alive() or self.pid != os.getpid() \
+                    or self.stuck(seconds):
                 self.pid = os.getpid()
+                self.beating_since = None
                 self.thread = threading.Thread(target=self.run, name="lease-keeper",
                                                daemon=True)
                 self.thread.start()
             self.leases[(kind, pk)] = Lease(token, seconds, stop, since + seconds, renew,
                                             (kind, pk))
         return stop
+
+    def stuck(self, seconds: float) -> bool:
+        """Has the current beat hung for a third of a lease? A connection cut off by a
+        network partition can hang for minutes after the network heals (TCP's backoff) while
+        a claim, on another thread's connection, has just gone through: the leases taken
+        now must not starve behind it. The hung keeper is left to fail and exit."""
+        began = self.beating_since
+        return began is not None and time.monotonic() - began > seconds / 3
+
+    def fresh(self, kind: str, pk: int) -> bool:
+        """May the attempt of this held lease begin? Yes while its fence time is ahead. A
+        claim whose answer came late (its connection hung through a network partition)
+        holds a lease that, as far as this process can tell, is over: it is renewed now
+        (with a lease lost, or the database away, the attempt does not begin and goes
+        back unstarted)."""
+        with self.lock:
+            lease = self.leases.get((kind, pk))
+        if lease is None or lease.stop.is_set():
+            return False
+        if time.monotonic() < lease.stop.fence_at():
+            return True
+        began = time.monotonic()
+        try:
+            kept = engine.renew_leases({pk: lease.token}, lease.seconds) if kind == "step" \
+                else {pk} if lease.renew(pk, lease.token, lease.seconds) else set()
+        except DatabaseError:
+            connection.close()
+            return False
+        if pk not in kept:
+            return False
+        lease.expires = began + lease.seconds
+        lease.stop.renewed(lease.expires)
+        return True
 
     def release(self, kind: str, pk: int) -> None:
         """The attempt is over (recorded, kept in the spool, or never begun)."""
@@ -131,12 +168,21 @@ class LeaseKeeper:
         idle = False
         while True:
             with self.lock:
+                if self.thread is not threading.current_thread():
+                    connection.close()
+                    return  # replaced while it hung (stuck)
                 held = list(self.leases.values())
             now = time.monotonic()
             # Renew a lease once a third of it has gone by (or sooner after a failed beat).
             due = [lease for lease in held if now >= lease.expires - lease.seconds * 2 / 3]
             if due:
-                self.beat(due)
+                self.beating_since = now
+                try:
+                    self.beat(due)
+                finally:
+                    with self.lock:
+                        if self.thread is threading.current_thread():
+                            self.beating_since = None
             if not held and not idle:
                 connection.close()  # hold no database connection while there is no work
             idle = not held
@@ -272,10 +318,10 @@ def _work_in_groups(owner: str, deadline: float) -> int:
 def _run_in_group(step: Step, owner: str, group: groups.Group) -> None:
     with logs.about(run=step.run_id, step=step.key, attempt=step.attempt), \
             tracing.attempt_span(step.run_id, step.key, step.attempt):
-        if step.stop.is_set():
-            # Its lease could not be kept while it waited its turn (the database away): it
-            # never began, so it is given back if it is still ours, else left to whoever
-            # holds it now (the lease token says which).
+        if not KEEPER.fresh("step", step.pk):
+            # Its lease could not be kept while it waited its turn (the database away), or
+            # the claim's answer came too late to trust: it never began, so it is given
+            # back if it is still ours, else left to whoever holds it now (its token says).
             KEEPER.release("step", step.pk)
             _give_back([step], owner)
             return
@@ -417,11 +463,19 @@ def _spawned(step_id: int, token: str, pid: int, pgid: int) -> None:
         connection.close()  # shown on the page only; the result carries it too
 
 
+# What an attempt given back before it began ends with, as _execute counts kinds.
+NOT_BEGUN = SimpleNamespace(kind="not_begun")
+
+
 def _execute_attempt(step: Step, owner: str, chain: bool):
     token = step.lease_token
     context = _context(step)
     stop = KEEPER.hold("step", step.pk, token, settings.TOLLGATE_LEASE_SECONDS,
                        since=getattr(step, "claimed_since", None))
+    if not KEEPER.fresh("step", step.pk):  # the claim's answer came too late (fresh)
+        KEEPER.release("step", step.pk)
+        _give_back([step], owner)
+        return NOT_BEGUN
     spool.mark_began("step", step.pk, token)
     try:
         if "workflow" in step.config["run"]:

@@ -133,3 +133,16 @@ def test_readyz_with_postgresql_and_redis_not_answering(tmp_path):
     assert status == "503" and checks["database"] != "ok" and checks["queue"] != "ok"
     assert "Connection" in checks["queue"] or "Error" in checks["queue"]
     assert done.stdout.splitlines()[1] == "200"
+
+
+def test_database_url_names_a_primary_and_its_standbys():
+    """libpq's several hosts: the process connects to whichever of them takes writes."""
+    from tollgate.settings import parse_database_url
+
+    db = parse_database_url("postgres://tollgate:s3cret@db1:5432,db2:6543,db3/tollgate"
+                            "?target_session_attrs=read-write&connect_timeout=3")
+    assert (db["HOST"], db["PORT"], db["NAME"], db["USER"], db["PASSWORD"]) == (
+        "db1,db2,db3", "5432,6543,5432", "tollgate", "tollgate", "s3cret")
+    assert db["OPTIONS"]["target_session_attrs"] == "read-write"
+    one = parse_database_url("postgres://tollgate@db1:5432/tollgate")
+    assert (one["HOST"], one["PORT"]) == ("db1", 5432)

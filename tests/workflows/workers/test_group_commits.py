@@ -224,3 +224,62 @@ def test_a_run_cancelled_in_the_middle_of_a_batch_does_not_cost_the_others(
     assert Run.objects.get(pk=cancelled.pk).status == "cancelled"
     assert Run.objects.get(pk=kept.pk).status == "completed"
     assert not worker.KEEPER.leases
+
+
+@pytest.mark.django_db
+def test_a_claim_answered_too_late_renews_its_lease_before_its_attempt_begins(settings):
+    """A claim whose answer came late (its connection hung through a network partition):
+    this process can no longer tell its lease is alive, so it renews it before it begins."""
+    import time
+
+    chain("late", 1, run={"shell": "sleep 0.2"})  # a command: its supervisor keeps the fence
+    run = engine.open_run("late").run
+    step = engine.claim_next(owner="w1", lease_seconds=settings.TOLLGATE_LEASE_SECONDS)
+    step.claimed_since = time.monotonic() - settings.TOLLGATE_LEASE_SECONDS  # asked long ago
+    assert worker._execute(step, "w1", 0) == ["step_completed"]
+    assert Run.objects.get(pk=run.pk).status == "completed"
+    assert Step.objects.get(run=run).attempt == 1
+
+
+@pytest.mark.django_db
+def test_a_claim_answered_after_its_lease_moved_on_never_begins(settings, monkeypatch):
+    import time
+
+    chain("lost", 1)
+    engine.open_run("lost")
+    step = engine.claim_next(owner="w1", lease_seconds=settings.TOLLGATE_LEASE_SECONDS)
+    step.claimed_since = time.monotonic() - settings.TOLLGATE_LEASE_SECONDS
+    Step.objects.filter(pk=step.pk).update(lease_token="the sweeper's")  # taken back meanwhile
+    monkeypatch.setattr(worker, "_attempt", lambda *a, **k: pytest.fail("it began"))
+    assert worker._execute(step, "w1", 0) == ["not_begun"]
+    assert Step.objects.get(pk=step.pk).lease_token == "the sweeper's"  # left to its holder
+    assert not worker.KEEPER.leases
+
+
+def test_a_lease_keeper_hung_on_a_dead_connection_is_replaced_for_new_leases(monkeypatch):
+    """A renewal hung on a connection cut off by a partition must not starve the leases
+    claimed, on other connections, once the network is back."""
+    import time
+
+    keeper = worker.LeaseKeeper()
+    hung, renewed, beaters = threading.Event(), [], []
+
+    def renew_leases(tokens, seconds):
+        if not beaters:
+            beaters.append(threading.current_thread())
+            hung.set()
+            time.sleep(30)  # the dead connection; the thread is a daemon
+        renewed.extend(tokens)
+        return set(tokens)
+
+    monkeypatch.setattr(engine, "renew_leases", renew_leases)
+    monkeypatch.setattr(worker.connection, "close", lambda: None)
+    keeper.hold("step", 1, "t1", 0.3)
+    assert hung.wait(5)
+    time.sleep(0.2)  # hung for more than a third of a lease
+    keeper.hold("step", 2, "t2", 0.3)
+    assert keeper.thread is not beaters[0]
+    deadline = time.monotonic() + 5
+    while 2 not in renewed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert 2 in renewed and not keeper.leases[("step", 2)].stop.is_set()

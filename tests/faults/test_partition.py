@@ -1,0 +1,108 @@
+"""A network partition: a worker host (a network namespace of its own, reaching PostgreSQL and
+Redis over a link) is cut off while its command runs, for longer than the lease, then healed.
+Its command is stopped when its lease runs out unrenewed, a consumer on this side takes the
+step over, the cut-off attempt's report is refused by its lease token, and nothing is stuck."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from urllib.parse import urlsplit
+
+import pytest
+from django.conf import settings as django_settings
+from django.db import connection
+
+from workflows import engine
+from workflows.models import Checkpoint, Run, Step
+from workflows.specs.storage import store_spec
+
+from ..support import netns
+from ..support.attempts import logged_shell, overlaps, read
+from ..workflows.consumers import database_url, wait_for
+from .conftest import ANOMALIES, TALLY, check_run, injected
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True), pytest.mark.consumer,
+    pytest.mark.skipif(connection.vendor != "postgresql" or not netns.available(),
+                       reason="a host cut off from PostgreSQL by a network namespace (root)"),
+]
+
+PARTITIONS = int(os.environ.get("TOLLGATE_PARTITIONS", "4"))
+HOST = "cut-off-host"
+
+
+@pytest.fixture
+def worker_host():
+    host = netns.WorkerHost(1)
+    yield host
+    host.close()
+
+
+def reached_from(host: netns.WorkerHost, url: str) -> str:
+    """`url` with its server's address replaced by the one that reaches it from `host`."""
+    parts = urlsplit(url)
+    address, port = host.reach(parts.hostname, parts.port)
+    auth = parts.netloc.rpartition("@")[0]
+    return parts._replace(netloc=f"{auth}@{address}:{port}" if auth else f"{address}:{port}"
+                          ).geturl()
+
+
+def test_worker_host_cut_off_longer_than_its_lease(consumers, worker_host, tmp_path, settings):
+    log = tmp_path / "attempts.log"
+    settings.TOLLGATE_SPOOL_DIR = str(tmp_path / "spool")
+    env = {"TOLLGATE_SPOOL_DIR": settings.TOLLGATE_SPOOL_DIR, "TOLLGATE_LEASE_SECONDS": "2"}
+    spec = store_spec({"name": "partition", "steps": [
+        {"key": "work", "max_retries": 5, "run": {"shell": logged_shell(log, 4)}}]})[0]
+    # A host of its own has a disk of its own: this side cannot read what its spool holds.
+    remote_env = {**env, "DATABASE_URL": reached_from(worker_host, database_url()),
+                  "TOLLGATE_SPOOL_DIR": str(tmp_path / "cut-off-spool")}
+    if django_settings.HUEY["huey_class"] != "huey.SqliteHuey":
+        remote_env["TOLLGATE_REDIS_URL"] = reached_from(worker_host, django_settings.HUEY["url"])
+    consumers(workers=2, netns=worker_host.name, container=HOST, **remote_env)
+    local = consumers(workers=2, **env)
+    runs = []
+    for _ in range(PARTITIONS):
+        # This side's consumer is paused until the cut-off host holds the step.
+        os.kill(local.pid, signal.SIGSTOP)
+        try:
+            run = engine.open_run(spec).run
+            runs.append(run.pk)
+            wait_for(lambda run=run: Step.objects.filter(
+                run=run, status="running", holder_host=HOST).exists(),
+                60, 0.05, what="the cut-off host to start the step")
+        finally:
+            os.kill(local.pid, signal.SIGCONT)
+        time.sleep(0.5)  # its command is running
+        worker_host.cut()
+        injected()
+        try:
+            # Cut off for longer than the lease: this side takes the step over.
+            wait_for(lambda run=run: Step.objects.filter(run=run, attempt__gt=1).exclude(
+                holder_host=HOST).exists(), 60, 0.1, what="this side to take the step over")
+            time.sleep(1.0)
+        finally:
+            worker_host.heal()
+    stuck = []
+    for run_id in runs:
+        try:
+            wait_for(lambda run_id=run_id: Run.objects.get(pk=run_id).status == "completed",
+                     120, 0.25, what=f"run {run_id} to complete")
+        except AssertionError:
+            stuck.append(run_id)
+    # The cut-off host comes back and reports its fenced attempt: refused by its token.
+    wait_for(lambda: Checkpoint.objects.filter(run_id__in=runs, kind="stale_result").count()
+             >= len(runs), 60, 0.25, what="the cut-off attempts' reports to be refused")
+    lapped = overlaps(log)
+    attempts = read(log)
+    TALLY["overlapping attempts"] += len(lapped)
+    TALLY["steps stuck"] += len(stuck)
+    ANOMALIES.extend(lapped + [f"run {run_id} stuck after a partition" for run_id in stuck])
+    anomalies = [found for run_id in runs for found in check_run(run_id)]
+    assert lapped == [] and stuck == [] and anomalies == [], (lapped, stuck, anomalies)
+    for run_id in runs:
+        step = Step.objects.get(run_id=run_id)
+        # One attempt on each side of the cut, the first stopped before its end.
+        tried = attempts[(str(run_id), "work")]
+        assert len(tried) == step.attempt >= 2 and not tried[0]["ended"] and tried[-1]["ended"]
