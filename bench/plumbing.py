@@ -25,8 +25,8 @@ REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
 class Bench:
     """One backend's run: its settings, the consumers it started, and the results."""
 
-    SECTIONS = ("runtime", "fairness", "approvals", "scaleout", "profile", "pages", "sweeper",
-                "http", "soak", "storage")
+    SECTIONS = ("runtime", "fairness", "approvals", "scaleout", "profile", "audit", "pages",
+                "sweeper", "http", "soak", "storage")
 
     def __init__(self, backend: str, env: dict, size: str):
         self.backend, self.env, self.size = backend, env, size

@@ -45,6 +45,12 @@ def table(results: list[dict]) -> str:
         lambda r: f"{r['fan_out']['steps_per_s']:.0f} ({_or_skipped(r['dbos']['fan_out'])})")
     row("short runs: steps/s (DBOS)",
         lambda r: f"{r['runs']['steps_per_s']:.0f} ({_or_skipped(r['dbos']['runs'])})")
+    row("audit chain: step / approval, x without it",
+        lambda r: f"{r['audit']['step_ratio']:.2f}x / {r['audit']['approval_ratio']:.2f}x "
+                  f"({verdict(max(r['audit']['step_ratio'], r['audit']['approval_ratio']), 1.1)})",
+        "<= 1.1x")
+    row("  audit chain: hashing us/checkpoint",
+        lambda r: f"{r['audit']['hash_us_per_checkpoint']:.0f}")
     row("step path profile: engine/django/driver",
         lambda r: "/".join(f"{r['profile']['layers'].get(k, 0) * 100:.0f}%"
                            for k in ("tollgate", "django", "database driver")))

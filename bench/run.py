@@ -25,6 +25,7 @@ from bench.plumbing import PG_ADMIN, PG_URL, REDIS_URL, VAR, Bench, pg_available
 from bench.report import table  # noqa: E402
 from bench.sections import (  # noqa: E402
     approvals,
+    audit,
     fairness,
     http,
     pages,
@@ -39,7 +40,8 @@ from bench.sections import (  # noqa: E402
 MEASURES = {"runtime": runtime.measure, "fairness": fairness.measure,
             "approvals": approvals.measure, "scaleout": scaleout.measure,
             "profile": profile.measure, "pages": pages.measure, "sweeper": sweeper.measure,
-            "http": http.measure, "soak": soak.measure, "storage": storage.measure}
+            "http": http.measure, "soak": soak.measure, "storage": storage.measure,
+            "audit": audit.measure}
 
 
 def child(backend: str, out: Path, size: str, sections: list[str]) -> None:
@@ -99,7 +101,8 @@ def run_sections(bench: Bench, sections) -> dict:
                 bench.guarded(section, partial(MEASURES[section], bench))
         finally:
             bench.stop_consumers()
-    for section in ("scaleout", "profile", "pages", "sweeper", "http", "soak", "storage"):
+    for section in ("scaleout", "profile", "audit", "pages", "sweeper", "http", "soak",
+                    "storage"):
         if section in sections:
             bench.guarded(section, partial(MEASURES[section], bench))
             bench.stop_consumers()  # whatever a failed section left running

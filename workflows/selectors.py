@@ -230,10 +230,13 @@ def run_audit(run: Run) -> dict:
                       "step": c.step_key or None, "actor": c.actor_name,
                       "run_status": c.run_status, "step_status": c.step_status,
                       "summary": c.summary, "evidence": c.evidence,
-                      "state_patch": c.state_patch} for c in timeline(run)]
+                      "state_patch": c.state_patch, "label": c.label,
+                      # What the audit chain hashes besides: scripts/verify-audit-export.
+                      "step_id": c.step_id, "actor_id": c.actor_id,
+                      "prev_hash": c.prev_hash, "hash": c.hash} for c in timeline(run)]
     return {"run": run.pk, "title": run.title, "spec": run.spec_name,
-            "timeline": timeline_rows, "decisions": list(decision_rows(
-                Approval.objects.filter(step__run=run)))}
+            "chain_head": run.chain_head, "timeline": timeline_rows,
+            "decisions": list(decision_rows(Approval.objects.filter(step__run=run)))}
 
 
 def audit_rows(audit: dict) -> tuple[list[str], list[list]]:

@@ -32,6 +32,10 @@ def check_run(run_id: int, allowed: tuple[str, ...] = ("completed",)) -> list[st
                                                        ).exclude(continue_on_failure=True
                                                                  ).exists():
         found.append(f"run {run_id}: completed with unfinished steps")
+    from workflows.audit.verify import verify
+
+    found += [f"run {run_id} seq {seq}: audit chain: {what}"
+              for _, seq, what in verify([run_id]).problems]
     TALLY["runs checked"] += 1
     TALLY["anomalies found"] += len(found)
     ANOMALIES.extend(found)

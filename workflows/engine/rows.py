@@ -17,6 +17,7 @@ from django.db import connection, transaction
 from django.db.models import Max
 
 from .. import clock
+from ..audit import chain
 from ..errors import NotFound
 from ..models import (
     DONE_STEP_STATUSES,
@@ -44,9 +45,7 @@ TALLY_COLUMNS = ("goal_id", "runs_completed", "runs_failed", "steps_total", "ste
                  "folded")
 DAY = sql.Table(RunDay)
 DAY_COLUMNS = ("day", "spec_name", "goal_id", "completed", "failed", "folded")
-CHECKPOINT_COLUMNS = ("run_id", "seq", "kind", "step_id", "run_status", "step_status",
-                      "actor_id", "actor_name", "label", "summary", "evidence", "state_patch",
-                      "at")
+CHECKPOINT_COLUMNS = (*chain.FIELDS, "prev_hash", "hash")
 # The step columns a transition may change; a flush writes only those that did.
 STEP_COLUMNS = tuple(name for name in STEP.attnames if name != "updated_at") + ("last_evidence",)
 RUN_COLUMNS = tuple(f.attname for f in RUN.fields
@@ -172,6 +171,9 @@ class RunState:
             step_id=step.pk if step else None, run_status=run_status, step_status=step_status,
             actor_id=actor.pk if actor else None, actor_name=actor_name, label=label,
             summary=summary, evidence=evidence, state_patch=state_patch, at=at)
+        checkpoint.prev_hash = self.run.chain_head
+        checkpoint.hash = self.run.chain_head = chain.link(
+            checkpoint.prev_hash, {name: getattr(checkpoint, name) for name in chain.FIELDS})
         cache = checkpoint._state.fields_cache
         cache["run"], cache["step"], cache["actor"] = self.run, step, actor
         self.checkpoints.append(checkpoint)

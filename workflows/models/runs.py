@@ -126,6 +126,10 @@ class Run(models.Model):
     parent_step = models.ForeignKey("Step", null=True, blank=True, on_delete=models.SET_NULL,
                                     related_name="child_runs", editable=False)
     checkpoint_seq = models.PositiveIntegerField(default=0, editable=False)
+    # The hash of its last checkpoint (workflows.audit): a checkpoint cut off the end of the
+    # chain is found by it.
+    chain_head = models.CharField(max_length=64, blank=True, db_default="", default="",
+                                  editable=False)
     # Kept by the transaction that changes a step, so a goal's rollup adds up its runs rather
     # than reading every step under it.
     steps_total = models.PositiveIntegerField(default=0, editable=False)
@@ -557,6 +561,10 @@ class Checkpoint(models.Model):
     evidence = models.JSONField(default=dict, blank=True)
     state_patch = models.JSONField(default=dict, blank=True)
     at = models.DateTimeField(default=timezone.now)
+    # The audit chain (workflows.audit.chain): the hash of the run's checkpoint before this
+    # one ("" for its first), and this one's, over its fields and that.
+    prev_hash = models.CharField(max_length=64, blank=True, db_default="", default="")
+    hash = models.CharField(max_length=64, blank=True, db_default="", default="")
 
     objects = CheckpointQuerySet.as_manager()
 

@@ -1,0 +1,73 @@
+"""The hash of a checkpoint: SHA-256 over a canonical form of its fields and the hash of the
+one before it in its run. Python's standard library only: the offline verifier of an
+export (scripts/verify-audit-export) imports this module without Django."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+
+# What a checkpoint's hash covers: every field of it but its row id.
+FIELDS = ("run_id", "seq", "kind", "step_id", "run_status", "step_status", "actor_id",
+          "actor_name", "label", "summary", "evidence", "state_patch", "at")
+
+
+def moment(at: datetime | str) -> str:
+    """A time as the chain writes it: UTC, to the microsecond."""
+    if isinstance(at, str):
+        at = datetime.fromisoformat(at)
+    return at.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def canonical(fields: dict) -> bytes:
+    """The fields as one JSON text: keys sorted, no spaces, UTF-8, times in UTC."""
+    values = {name: moment(fields[name]) if name == "at" else fields[name] for name in FIELDS}
+    return json.dumps(values, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode()
+
+
+def link(prev_hash: str, fields: dict) -> str:
+    """The hash of a checkpoint with these fields, after one whose hash is `prev_hash` ("" for
+    a run's first)."""
+    return hashlib.sha256(prev_hash.encode() + b"\n" + canonical(fields)).hexdigest()
+
+
+def problems(rows, heads: dict | None = None):
+    """Check chains: `rows` are dicts with FIELDS, `prev_hash` and `hash`, ordered by run and
+    seq. Yields (run_id, seq, what is wrong) for the first fault of each run; `heads`
+    ({run_id: the hash its run row names last}) finds checkpoints cut off a run's end."""
+    run_id, prev, seq, broken = None, "", 0, False
+    seen = set()
+
+    def ended(run_id, prev, seq):
+        if heads is not None and run_id in heads and heads[run_id] != prev:
+            return (run_id, seq + 1, "the run's last hash is not its last checkpoint's: "
+                    f"checkpoints after seq {seq} are missing or were changed")
+        return None
+
+    for row in rows:
+        if row["run_id"] != run_id:
+            if run_id is not None and not broken and (end := ended(run_id, prev, seq)):
+                yield end
+            run_id, prev, seq, broken = row["run_id"], "", 0, False
+            seen.add(run_id)
+        if broken:
+            continue
+        if row["seq"] != seq + 1:
+            broken = True
+            yield (run_id, seq + 1, f"seq {seq + 1} is missing (next is {row['seq']})")
+        elif row["prev_hash"] != prev:
+            broken = True
+            yield (run_id, row["seq"], "it does not follow the checkpoint before it "
+                   "(deleted, re-ordered or changed)")
+        elif link(prev, row) != row["hash"]:
+            broken = True
+            yield (run_id, row["seq"], "its fields do not match its hash (changed after it "
+                   "was written)")
+        prev, seq = row["hash"], row["seq"]
+    if run_id is not None and not broken and (end := ended(run_id, prev, seq)):
+        yield end
+    for missing in sorted(set(heads or {}) - seen):
+        if heads[missing]:
+            yield (missing, 1, "the run names a last hash but has no checkpoints")
