@@ -23,7 +23,8 @@ PRODUCTION = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50),
 
 
 def test_check_deploy_is_clean_with_production_settings(tmp_path):
-    env = {**consumer_env(), **PRODUCTION, "TOLLGATE_VAR_DIR": str(tmp_path)}
+    env = {**consumer_env(), **PRODUCTION, "TOLLGATE_VAR_DIR": str(tmp_path),
+           "TOLLGATE_AUDIT_KEY_FILE": str(tmp_path / "keys" / "audit.pem")}
     # Only what a production deployment sets: no test conveniences leak into the check.
     for name in ("TOLLGATE_SSL_REDIRECT", "TOLLGATE_SECURE_COOKIES", "TOLLGATE_EMAIL_BACKEND",
                  "DJANGO_ALLOW_ASYNC_UNSAFE"):
@@ -92,3 +93,13 @@ def test_gunicorn_and_two_consumers_run_a_release(people, tmp_path, settings):
         web.wait(timeout=10)
         for consumer in consumers:
             consumer.stop()
+
+
+def test_check_deploy_asks_for_the_audit_key_to_be_named(tmp_path):
+    env = {**consumer_env(), **PRODUCTION, "TOLLGATE_VAR_DIR": str(tmp_path)}
+    for name in ("TOLLGATE_SSL_REDIRECT", "TOLLGATE_SECURE_COOKIES", "TOLLGATE_AUDIT_KEY_FILE"):
+        env.pop(name, None)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "tollgate.W004" in result.stdout + result.stderr

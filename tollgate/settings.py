@@ -341,6 +341,11 @@ TOLLGATE_KEEP_NOTIFICATIONS_DAYS = float(os.environ.get("TOLLGATE_KEEP_NOTIFICAT
 TOLLGATE_KEEP_SCHEDULE_FIRES_DAYS = float(os.environ.get("TOLLGATE_KEEP_SCHEDULE_FIRES_DAYS",
                                                          "90"))
 TOLLGATE_KEEP_OUTBOX_DAYS = float(os.environ.get("TOLLGATE_KEEP_OUTBOX_DAYS", "7"))
+# The audit chain's seals (workflows.audit.seals): the Ed25519 key that signs them (made
+# here on first use when unset: keep it where database users cannot read it), and how often.
+TOLLGATE_AUDIT_KEY_FILE = os.environ.get("TOLLGATE_AUDIT_KEY_FILE",
+                                         str(VAR_DIR / "audit-key.pem"))
+TOLLGATE_AUDIT_SEAL_SECONDS = float(os.environ.get("TOLLGATE_AUDIT_SEAL_SECONDS", "600"))
 # OpenTelemetry tracing (the otel extra): requests and worker attempts as spans, sent to the
 # OTLP endpoint OTEL_EXPORTER_OTLP_ENDPOINT names.
 TOLLGATE_OTEL = env_bool("TOLLGATE_OTEL", False)

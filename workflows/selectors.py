@@ -8,12 +8,14 @@ from django.db import connection
 from django.db.models import Count, F, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
+from .audit import seals
 from .engine import NotFound
 from .engine.rules import next_move, ready_steps
 from .engine.sql import CompiledQuery
 from .models import (
     OPEN_RUN_STATUSES,
     Approval,
+    AuditSeal,
     Checkpoint,
     Decision,
     Run,
@@ -236,7 +238,12 @@ def run_audit(run: Run) -> dict:
                       "prev_hash": c.prev_hash, "hash": c.hash} for c in timeline(run)]
     return {"run": run.pk, "title": run.title, "spec": run.spec_name,
             "chain_head": run.chain_head, "timeline": timeline_rows,
-            "decisions": list(decision_rows(Approval.objects.filter(step__run=run)))}
+            "decisions": list(decision_rows(Approval.objects.filter(step__run=run))),
+            # Where the deployment's key signed this run's chain, and that key's public half.
+            "seals": [{"seq": s.seq, "hash": s.hash, "at": s.at.isoformat(), "prev": s.prev,
+                       "digest": s.digest, "signature": s.signature, "key_id": s.key_id}
+                      for s in AuditSeal.objects.filter(run_id=run.pk).order_by("pk")],
+            "public_key": seals.public_pem()}
 
 
 def audit_rows(audit: dict) -> tuple[list[str], list[list]]:

@@ -14,6 +14,7 @@ from huey.consumer import Scheduler
 from huey.contrib.djhuey import db_periodic_task, db_task, on_startup, task
 
 from goals.rollup import fold_days, fold_tallies
+from workflows.audit import seals
 from workflows.chat import interactions, slack
 from workflows.delivery import dispatch, notifications, outbox, webhooks
 from workflows.ops import retention
@@ -103,6 +104,19 @@ def fold_goal_tallies() -> None:
     with presence.periodic("fold_goal_tallies"):
         fold_tallies()
         fold_days()
+
+
+def every_seal(_now) -> bool:
+    """Huey's ticks, thinned to one each TOLLGATE_AUDIT_SEAL_SECONDS (a tick is a minute
+    or TOLLGATE_SWEEP_SECONDS; sealing more often than asked does no harm)."""
+    period = max(settings.TOLLGATE_AUDIT_SEAL_SECONDS, settings.TOLLGATE_SWEEP_SECONDS)
+    return int(_now.timestamp()) % int(period) < settings.TOLLGATE_SWEEP_SECONDS
+
+
+@db_periodic_task(every_seal, priority=PERIODIC_PRIORITY)
+def seal_audit_chains() -> None:
+    with presence.periodic("seal_audit_chains"):
+        seals.seal()
 
 
 @db_task()

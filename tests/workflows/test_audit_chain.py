@@ -14,8 +14,9 @@ from django.db import connection
 from django.test import Client
 
 from workflows import engine
+from workflows.audit import seals
 from workflows.audit.verify import verify
-from workflows.models import ApiToken, Checkpoint
+from workflows.models import ApiToken, AuditSeal, Checkpoint
 
 from ..support.processes import ROOT
 
@@ -51,7 +52,7 @@ def test_every_transition_extends_its_runs_chain(decided, capsys):
     decided.refresh_from_db()
     assert decided.chain_head == rows[-1].hash
     call_command("verify_audit")
-    assert "every chain holds" in capsys.readouterr().out
+    assert "every chain and seal holds" in capsys.readouterr().out
 
 
 def test_a_summary_rewritten_by_sql_is_named(decided):
@@ -93,20 +94,134 @@ def test_other_runs_still_verify_beside_a_tampered_one(decided, release_spec):
     assert verify([other.pk]).ok and not verify([decided.pk]).ok
 
 
-def test_an_export_verifies_offline_and_an_edited_one_does_not(decided, people, tmp_path):
+def rewrite_from(run, seq: int, summary: str) -> None:
+    """What a database user who knows the chain does: change a checkpoint, then recompute
+    every hash from it on, and the run's last hash."""
+    from workflows.audit import chain
+
+    raw("UPDATE workflows_checkpoint SET summary = %s WHERE run_id = %s AND seq = %s",
+        [summary, run.pk, seq])
+    prev = ""
+    for row in Checkpoint.objects.filter(run=run).order_by("seq").values(*chain.FIELDS):
+        hash_ = chain.link(prev, row)
+        raw("UPDATE workflows_checkpoint SET prev_hash = %s, hash = %s "
+            "WHERE run_id = %s AND seq = %s", [prev, hash_, run.pk, row["seq"]])
+        prev = hash_
+    raw("UPDATE workflows_run SET chain_head = %s WHERE id = %s", [prev, run.pk])
+
+
+def test_a_chain_rewritten_whole_is_found_by_its_seal(decided):
+    assert seals.seal() == 1
+    rewrite_from(decided, 2, "nothing to see")
+    found = verify().problems
+    sealed = AuditSeal.objects.get()
+    assert [(run_id, seq) for run_id, seq, _ in found] == [(decided.pk, sealed.seq)]
+    assert "the chain was rewritten" in found[0][2]
+
+
+def test_without_a_seal_a_whole_rewrite_goes_unseen(decided):
+    """The limit the README states: what happened after the last seal has only the chain."""
+    rewrite_from(decided, 2, "nothing to see")
+    assert verify().ok
+
+
+def test_seals_follow_runs_as_they_move_and_cannot_be_edited_or_dropped(decided, people,
+                                                                       release_spec):
+    assert seals.seal() == 1 and seals.seal() == 0  # nothing moved since
+    other = engine.open_run(release_spec).run
+    assert seals.seal() == 1  # the new run only
+    assert verify().ok and verify().seals == 2
+    first = AuditSeal.objects.order_by("pk").first()
+    raw("UPDATE workflows_auditseal SET seq = 1 WHERE id = %s", [first.pk])
+    assert "not what was signed" in verify().problems[0][2]
+    raw("UPDATE workflows_auditseal SET seq = %s WHERE id = %s", [first.seq, first.pk])
+    raw("DELETE FROM workflows_auditseal WHERE id = %s", [first.pk])
+    assert [what for _, _, what in verify().problems] == [
+        f"seal {first.pk + 1}: a seal before it is missing"]
+    assert other.pk != decided.pk
+
+
+def test_a_pruned_run_is_signed_as_pruned_and_one_deleted_by_hand_is_not(
+        decided, release_spec, settings, tmp_path):
+    from datetime import timedelta
+
+    from workflows import clock
+    from workflows.ops.retention import prune_runs
+
+    gone = engine.open_run(release_spec).run
+    engine.cancel_run(gone, reason="not needed")
+    engine.cancel_run(decided, reason="not needed")
+    seals.seal()
+    with open(tmp_path / "pruned.jsonl", "w") as out:
+        assert prune_runs(0, out, now=clock.now() + timedelta(days=1)) == 2
+    assert verify().ok
+    kept = engine.open_run(release_spec).run
+    seals.seal()
+    for sql in ("DELETE FROM workflows_checkpoint WHERE run_id = %s",
+                "DELETE FROM workflows_step WHERE run_id = %s",
+                "DELETE FROM workflows_run WHERE id = %s"):
+        raw(sql, [kept.pk])
+    assert [(run_id, what) for run_id, _, what in verify().problems] == [
+        (kept.pk, "the run is gone, and retention did not prune it")]
+
+
+def test_the_public_key_is_published(client):
+    answer = client.get("/audit/key")
+    assert answer.status_code == 200 and b"BEGIN PUBLIC KEY" in answer.content
+
+
+def test_an_export_verifies_offline_and_an_edited_one_does_not(decided, people, tmp_path,
+                                                              client):
+    seals.seal()
     token = ApiToken.objects.issue(people["alice"])[1]
     answer = Client(HTTP_AUTHORIZATION=f"Bearer {token}").get(f"/api/runs/{decided.pk}/audit")
     assert answer.status_code == 200
     export = answer.json()
-    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    assert len(export["seals"]) == 1
+    key = tmp_path / "key.pem"
+    key.write_bytes(client.get("/audit/key").content)
+    good, bad, forged = (tmp_path / name for name in ("good.json", "bad.json", "forged.json"))
     good.write_text(json.dumps(export))
-    export["timeline"][1]["summary"] = "edited in the file"
-    bad.write_text(json.dumps(export))
-    script = ROOT / "scripts" / "verify-audit-export"
-    # -I: no site-packages, no environment: the script needs no Django and no Tollgate.
-    ok = subprocess.run([sys.executable, "-I", str(script), str(good)], capture_output=True,
-                        text=True, timeout=60)
-    assert ok.returncode == 0 and "verify" in ok.stdout, ok.stdout + ok.stderr
-    edited = subprocess.run([sys.executable, "-I", str(script), str(bad)], capture_output=True,
-                            text=True, timeout=60)
-    assert edited.returncode == 1 and "seq 2" in edited.stdout, edited.stdout + edited.stderr
+    edited = json.loads(json.dumps(export))
+    edited["timeline"][1]["summary"] = "edited in the file"
+    bad.write_text(json.dumps(edited))
+    # Edited, every hash recomputed: the seal no longer matches.
+    from workflows.audit import chain
+
+    prev = ""
+    for row in edited["timeline"]:
+        row["prev_hash"] = prev
+        row["hash"] = prev = chain.link(prev, {**row, "run_id": export["run"],
+                                               "actor_name": row["actor"]})
+    edited["chain_head"] = prev
+    forged.write_text(json.dumps(edited))
+
+    def check(path):
+        # Django cannot be imported: the script needs only the standard library and
+        # cryptography.
+        script = ROOT / "scripts" / "verify-audit-export"
+        wrapper = ("import sys; sys.modules['django'] = None; "
+                   f"sys.argv = {[str(script), '--key', str(key), str(path)]!r}; "
+                   f"exec(compile(open({str(script)!r}).read(), {str(script)!r}, 'exec'), "
+                   f"{{'__file__': {str(script)!r}, '__name__': '__main__'}})")
+        return subprocess.run([sys.executable, "-I", "-c", wrapper], capture_output=True,
+                              text=True, timeout=60)
+
+    ok = check(good)
+    assert ok.returncode == 0 and "1 seal(s) verify" in ok.stdout, ok.stdout + ok.stderr
+    changed = check(bad)
+    assert changed.returncode == 1 and "seq 2" in changed.stdout, changed.stdout
+    rewritten = check(forged)
+    assert rewritten.returncode == 1 and "the chain was rewritten" in rewritten.stdout, (
+        rewritten.stdout + rewritten.stderr)
+
+
+def test_chains_are_sealed_once_a_period(settings):
+    from datetime import UTC, datetime, timedelta
+
+    from workflows.tasks import every_seal
+
+    settings.TOLLGATE_AUDIT_SEAL_SECONDS, settings.TOLLGATE_SWEEP_SECONDS = 600, 10
+    start = datetime(2026, 12, 6, tzinfo=UTC)
+    ticks = [start + timedelta(seconds=10 * i) for i in range(360)]  # an hour of ticks
+    assert sum(every_seal(tick) for tick in ticks) == 6

@@ -71,3 +71,10 @@ def problems(rows, heads: dict | None = None):
     for missing in sorted(set(heads or {}) - seen):
         if heads[missing]:
             yield (missing, 1, "the run names a last hash but has no checkpoints")
+
+
+def seal_payload(run_id: int, seq: int, hash_: str, at, prev: str) -> bytes:
+    """What a seal signs (workflows.audit.seals): checkpoint `seq` of the run had `hash_` at
+    `at`, after the seal whose digest is `prev`."""
+    return json.dumps({"run_id": run_id, "seq": seq, "hash": hash_, "at": moment(at),
+                       "prev": prev}, sort_keys=True, separators=(",", ":")).encode()

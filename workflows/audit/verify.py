@@ -1,11 +1,12 @@
-"""Verify every run's chain in the database (manage.py verify_audit), a chunk at a time."""
+"""Verify every run's chain in the database, and the seals over them (manage.py
+verify_audit), a chunk at a time."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..models import Checkpoint, Run
-from . import chain
+from ..models import AuditSeal, Checkpoint, Run
+from . import chain, seals
 
 CHUNK = 5000
 
@@ -14,6 +15,7 @@ CHUNK = 5000
 class Verdict:
     runs: int = 0
     checkpoints: int = 0
+    seals: int = 0
     problems: list[tuple[int, int, str]] = field(default_factory=list)
 
     @property
@@ -22,8 +24,9 @@ class Verdict:
 
 
 def verify(run_ids=None) -> Verdict:
-    """Check the chains of the given runs (every run by default): the first fault of each
-    run whose chain does not verify, as (run id, seq, what)."""
+    """Check the chains of the given runs (every run by default), then the seals over them:
+    the first fault of each run whose chain does not verify, and each seal that does not
+    hold, as (run id, seq, what)."""
     runs = Run.objects.order_by("pk")
     if run_ids is not None:
         runs = runs.filter(pk__in=run_ids)
@@ -39,4 +42,41 @@ def verify(run_ids=None) -> Verdict:
             yield row
 
     verdict.problems = list(chain.problems(counted(), heads))
+    verdict.problems += _seal_problems(verdict, run_ids)
     return verdict
+
+
+def _seal_problems(verdict: Verdict, run_ids) -> list[tuple[int, int, str]]:
+    """Every seal is checked (they are one chain); only those of `run_ids` are reported."""
+    pruned = set(AuditSeal.objects.filter(seq=0).values_list("run_id", flat=True))
+    known: dict[tuple[int, int], str] = {}
+
+    def hash_at(run_id: int, seq: int) -> str | None:
+        return known.get((run_id, seq))
+
+    def batches():
+        batch = []
+        for row in AuditSeal.objects.order_by("pk").iterator(chunk_size=CHUNK):
+            batch.append(row)
+            if len(batch) == CHUNK:
+                yield batch
+                batch = []
+        yield batch
+
+    found = []
+    public = seals.private_key().public_key()
+    for batch in batches():
+        known.clear()
+        wanted = {row.run_id for row in batch if row.seq}
+        for run_id, seq, hash_ in Checkpoint.objects.filter(
+                run_id__in=wanted, seq__in={row.seq for row in batch if row.seq}
+        ).values_list("run_id", "seq", "hash").iterator(chunk_size=CHUNK):
+            known[run_id, seq] = hash_
+        gone = wanted - set(Run.objects.filter(pk__in=wanted).values_list("pk", flat=True))
+        for row in batch:
+            if row.seq and (row.run_id, row.seq) not in known and row.run_id not in gone:
+                known[row.run_id, row.seq] = ""  # the run is there, that checkpoint is not
+        verdict.seals += len(batch)
+        found += [problem for problem in seals.problems(batch, hash_at, public, pruned)
+                  if run_ids is None or problem[0] in run_ids]
+    return found

@@ -20,6 +20,7 @@ from .delivery import (  # noqa: F401
 )
 from .gates import GateRule  # noqa: F401
 from .operations import (  # noqa: F401
+    AuditSeal,
     PeriodicRun,
     Worker,
 )

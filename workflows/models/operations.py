@@ -42,3 +42,27 @@ class PeriodicRun(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class AuditSeal(models.Model):
+    """A run's audit chain signed at a point (workflows.audit.seals): the deployment's key
+    vouches that checkpoint `seq` of run `run_id` had hash `hash` at `at`, so a chain
+    rewritten afterwards from any earlier point no longer matches. Seals form a chain of
+    their own (`prev`: the digest of the seal before), so one deleted from the middle is
+    found. `seq` 0 is a tombstone: the run was pruned (its chain ended at `hash`). The run
+    is named by id only: a seal outlives its run."""
+
+    run_id = models.BigIntegerField()
+    seq = models.PositiveIntegerField()
+    hash = models.CharField(max_length=64)
+    at = models.DateTimeField()
+    prev = models.CharField(max_length=64, unique=True)  # two sealers cannot fork the chain
+    digest = models.CharField(max_length=64, unique=True)
+    signature = models.CharField(max_length=128)
+    key_id = models.CharField(max_length=16)
+
+    class Meta:
+        indexes = [models.Index(fields=["run_id", "-seq"], name="audit_seal_run_idx")]
+
+    def __str__(self) -> str:
+        return f"seal of run {self.run_id} at #{self.seq}"

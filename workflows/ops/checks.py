@@ -68,3 +68,26 @@ def api_docs(app_configs, **kwargs):
                         hint="Leave it off in production; signed-in people still read them.",
                         id="tollgate.W003")]
     return []
+
+
+@register(Tags.security, deploy=True)
+def audit_key(app_configs, **kwargs):
+    """The key that seals the audit chains must be kept from those it guards against."""
+    import os
+
+    if not os.environ.get("TOLLGATE_AUDIT_KEY_FILE"):
+        return [Warning("TOLLGATE_AUDIT_KEY_FILE is not set: the key that seals the audit "
+                        "chains is made in the var/ folder, beside the SQLite database, where "
+                        "whoever can change the records may read it.",
+                        hint="Make an Ed25519 key (openssl genpkey -algorithm ed25519) on a "
+                             "path database users cannot read, and name it here.",
+                        id="tollgate.W004")]
+    path = settings.TOLLGATE_AUDIT_KEY_FILE
+    try:
+        from workflows.audit.seals import private_key
+
+        private_key()
+    except (OSError, ValueError, TypeError) as exc:
+        return [Error(f"TOLLGATE_AUDIT_KEY_FILE {path!r} cannot be used: {exc}",
+                      id="tollgate.E004")]
+    return []

@@ -21,6 +21,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 
 from workflows import clock, live
+from workflows.audit import seals
 from workflows.models import (
     TERMINAL_RUN_STATUSES,
     Approval,
@@ -118,6 +119,9 @@ def _delete_runs(run_ids: list[int]) -> None:
     if not run_ids:
         return
     steps = Step.objects.filter(run_id__in=run_ids)
+    # What is deleted is signed as deleted (a tombstone seal), so verify_audit tells it from
+    # a run someone removed behind the application's back.
+    seals.seal_pruned(list(Run.objects.filter(pk__in=run_ids).values_list("pk", "chain_head")))
     # The audit trail refuses deletion through the ORM; this path was exported first.
     with connection.cursor() as cursor:
         for model, column, values in (

@@ -17,6 +17,7 @@ urlpatterns = [
     path("runs/<int:pk>/recover/", runs.run_recover, name="run_recover"),
     path("runs/<int:pk>/audit/", runs.run_audit, name="run_audit"),
     path("audit/", oversight.audit, name="audit"),
+    path("audit/key", oversight.audit_key, name="audit_key"),
     path("gates/due/", oversight.gates_due, name="gates_due"),
     path("dev/mail/", oversight.dev_mail, name="dev_mail"),
     path("workers/", oversight.workers, name="workers"),

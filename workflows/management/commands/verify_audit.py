@@ -15,7 +15,8 @@ class Command(BaseCommand):
         verdict = verify(options["runs"] or None)
         for run_id, seq, what in verdict.problems:
             self.stderr.write(f"run {run_id} seq {seq}: {what}")
-        summary = f"{verdict.runs} run(s), {verdict.checkpoints} checkpoint(s)"
+        summary = (f"{verdict.runs} run(s), {verdict.checkpoints} checkpoint(s), "
+                   f"{verdict.seals} seal(s)")
         if not verdict.ok:
             raise CommandError(f"{len(verdict.problems)} run(s) do not verify; {summary}.")
-        self.stdout.write(f"Verified {summary}: every chain holds.")
+        self.stdout.write(f"Verified {summary}: every chain and seal holds.")

@@ -4,14 +4,16 @@ development mail page."""
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from tollgate.exports import csv_download
 from workflows import briefs, selectors
+from workflows.audit import seals
 from workflows.models import Notification
 from workflows.ops import operations
 from workflows.permissions import (
@@ -71,3 +73,11 @@ def audit(request):
     rows = ([d[k] for k in selectors.DECISION_COLUMNS]
             for d in selectors.decision_rows(selectors.decisions(start, end)))
     return csv_download(rows, selectors.DECISION_COLUMNS, "tollgate-decisions.csv")
+
+
+@login_not_required
+@require_GET
+def audit_key(request):
+    """The public half of the key that seals the audit chains (PEM), for anyone checking
+    an export: scripts/verify-audit-export --key."""
+    return HttpResponse(seals.public_pem(), content_type="text/plain; charset=utf-8")

@@ -1,0 +1,132 @@
+"""Seals: the deployment's key (Ed25519) signs where each run's chain stood, every
+TOLLGATE_AUDIT_SEAL_SECONDS and when a run is pruned. The chain alone finds a row changed
+by someone who did not recompute the hashes after it; a seal finds the one who did, as far
+back as the run's last seal. The key: TOLLGATE_AUDIT_KEY_FILE (a PKCS#8 PEM file), made in
+var/ on first use when unset; its public half is at /audit/key and in every run's export."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from datetime import timedelta
+from functools import cache
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, OuterRef, Q, Subquery
+
+from .. import clock
+from ..models import OPEN_RUN_STATUSES, AuditSeal, Run
+from . import chain
+
+# A run that finished this long before the last seal is still looked at: a transaction
+# that wrote it may have committed after that seal read the runs.
+MARGIN = timedelta(minutes=5)
+
+
+@cache
+def private_key() -> Ed25519PrivateKey:
+    path = Path(settings.TOLLGATE_AUDIT_KEY_FILE)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pem = Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption())
+        try:
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # another process made it first: use theirs
+        else:
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(pem)
+    key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError(f"{path} holds no Ed25519 private key")
+    return key
+
+
+def public_pem() -> str:
+    return private_key().public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+
+
+def key_id(public: Ed25519PublicKey) -> str:
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def _append(entries: list[tuple[int, int, str]]) -> int:
+    """Seal (run id, seq, hash) entries after the newest seal, in one transaction."""
+    if not entries:
+        return 0
+    key = private_key()
+    kid = key_id(key.public_key())
+    with transaction.atomic():
+        last = AuditSeal.objects.select_for_update().order_by("-pk").first()
+        prev, now, rows = (last.digest if last else ""), clock.database_now(), []
+        for run_id, seq, hash_ in entries:
+            signed = chain.seal_payload(run_id, seq, hash_, now, prev)
+            digest = hashlib.sha256(signed).hexdigest()
+            rows.append(AuditSeal(run_id=run_id, seq=seq, hash=hash_, at=now, prev=prev,
+                                  digest=digest, signature=key.sign(signed).hex(), key_id=kid))
+            prev = digest
+        AuditSeal.objects.bulk_create(rows)
+    return len(rows)
+
+
+def seal(limit: int = 5000) -> int:
+    """Seal every run whose chain moved since its last seal (open runs, and runs finished
+    since the last seal); how many were sealed. A sealer racing another loses (the seal
+    chain's `prev` is unique) and seals nothing this time."""
+    last = AuditSeal.objects.order_by("-pk").values_list("at", flat=True).first()
+    runs = Run.objects.exclude(chain_head="")
+    if last is not None:
+        runs = runs.filter(Q(status__in=OPEN_RUN_STATUSES) | Q(finished_at__gte=last - MARGIN))
+    sealed = AuditSeal.objects.filter(run_id=OuterRef("pk")).order_by("-seq").values("hash")
+    moved = (runs.annotate(sealed=Subquery(sealed[:1]))
+             .filter(Q(sealed__isnull=True) | ~Q(sealed=F("chain_head")))
+             .order_by("pk").values_list("pk", "checkpoint_seq", "chain_head")[:limit])
+    try:
+        return _append(list(moved))
+    except IntegrityError:
+        return 0
+
+
+def seal_pruned(runs: list[tuple[int, str]]) -> None:
+    """Tombstones for runs deleted by retention (run id, last hash), in its transaction."""
+    _append([(run_id, 0, head) for run_id, head in runs])
+
+
+def problems(seals, hash_at, public: Ed25519PublicKey, pruned: set[int]):
+    """Check seals in order: each signed by `public`, following the one before it, and
+    naming a checkpoint that still has that hash (`hash_at(run_id, seq)`: its hash, or None
+    if the run is gone; `pruned`: the runs with a tombstone, themselves checked here as
+    they come). Yields (run id, seq, what is wrong)."""
+    kid, prev = key_id(public), ""
+    for row in seals:
+        signed = chain.seal_payload(row.run_id, row.seq, row.hash, row.at, row.prev)
+        if row.prev != prev:
+            yield (row.run_id, row.seq, f"seal {row.pk}: a seal before it is missing")
+        prev = row.digest
+        if row.key_id != kid or hashlib.sha256(signed).hexdigest() != row.digest:
+            yield (row.run_id, row.seq, f"seal {row.pk}: it is not what was signed")
+            continue
+        try:
+            public.verify(bytes.fromhex(row.signature), signed)
+        except Exception:  # InvalidSignature, or a signature that is not hex
+            yield (row.run_id, row.seq, f"seal {row.pk}: its signature does not verify")
+            continue
+        if row.seq == 0:
+            continue
+        now = hash_at(row.run_id, row.seq)
+        if now is None and row.run_id not in pruned:
+            yield (row.run_id, row.seq, "the run is gone, and retention did not prune it")
+        elif now is not None and now != row.hash:
+            yield (row.run_id, row.seq, f"it differs from what was sealed at "
+                   f"{chain.moment(row.at)} (the chain was rewritten)")
