@@ -10,7 +10,7 @@ import sys
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 from django.test import Client
 
 from workflows import engine
@@ -31,8 +31,35 @@ def decided(waiting, people):
 
 
 def raw(sql: str, params=()) -> None:
-    with connection.cursor() as cursor:
+    """SQL as a database administrator runs it: the append-only triggers disabled first
+    (PostgreSQL: replication role; SQLite: the trigger dropped, then made again)."""
+    from importlib import import_module
+
+    triggers = import_module("workflows.migrations.0044_append_only_audit")
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL session_replication_role = replica")
+            cursor.execute(sql, params)
+            return
+        for statement in triggers.SQLITE_DROP:
+            cursor.execute(statement)
         cursor.execute(sql, params)
+        for statement in triggers.SQLITE:
+            cursor.execute(statement)
+
+
+def test_the_database_refuses_changes_to_the_trail(decided):
+    seals.seal()
+    refused = [("UPDATE workflows_checkpoint SET summary = 'x' WHERE run_id = %s", decided.pk),
+               ("UPDATE workflows_auditseal SET hash = 'x' WHERE run_id = %s", decided.pk)]
+    if connection.vendor == "postgresql":  # SQLite's DELETE is found by the chain
+        refused += [("DELETE FROM workflows_checkpoint WHERE run_id = %s", decided.pk),
+                    ("DELETE FROM workflows_auditseal WHERE run_id = %s", decided.pk)]
+    for sql, run_id in refused:
+        with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), \
+                connection.cursor() as cursor:
+            cursor.execute(sql, [run_id])
+    assert verify().ok
 
 
 def named(run, seq: int) -> str:

@@ -122,8 +122,11 @@ def _delete_runs(run_ids: list[int]) -> None:
     # What is deleted is signed as deleted (a tombstone seal), so verify_audit tells it from
     # a run someone removed behind the application's back.
     seals.seal_pruned(list(Run.objects.filter(pk__in=run_ids).values_list("pk", "chain_head")))
-    # The audit trail refuses deletion through the ORM; this path was exported first.
+    # The audit trail refuses deletion through the ORM, and on PostgreSQL in the database
+    # unless the transaction says it is retention's; this path was exported first.
     with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT set_config('tollgate.retention', 'on', true)")
         for model, column, values in (
                 (Checkpoint, "run_id", run_ids),
                 (Approval, "step_id", list(steps.values_list("pk", flat=True)))):
