@@ -65,7 +65,7 @@ def test_the_database_refuses_changes_to_the_trail(decided):
 def named(run, seq: int) -> str:
     with pytest.raises(CommandError) as failed:
         call_command("verify_audit")
-    assert "do not verify" in str(failed.value)
+    assert f"the first: run {run.pk} seq {seq}" in str(failed.value)
     found = verify().problems
     assert [(run_id, at) for run_id, at, _ in found] == [(run.pk, seq)], found
     return found[0][2]
@@ -252,3 +252,18 @@ def test_chains_are_sealed_once_a_period(settings):
     start = datetime(2026, 12, 6, tzinfo=UTC)
     ticks = [start + timedelta(seconds=10 * i) for i in range(360)]  # an hour of ticks
     assert sum(every_seal(tick) for tick in ticks) == 6
+
+
+def test_the_workers_page_and_the_metrics_say_what_the_last_check_found(decided, settings):
+    from workflows.models import PeriodicRun
+    from workflows.ops.metrics import scrape
+
+    settings.TOLLGATE_METRICS_TOKEN = ""
+    call_command("verify_audit")
+    assert PeriodicRun.objects.get(name="verify_audit").last_error == ""
+    raw("UPDATE workflows_checkpoint SET summary = 'x' WHERE run_id = %s AND seq = 1",
+        [decided.pk])
+    with pytest.raises(CommandError):
+        call_command("verify_audit")
+    assert f"run {decided.pk} seq 1" in PeriodicRun.objects.get(name="verify_audit").last_error
+    assert b'tollgate_periodic_failed{task="verify_audit"} 1.0' in scrape()

@@ -131,13 +131,18 @@ class DatabaseState:
                                  labels=["task"])
         took = GaugeMetricFamily("tollgate_periodic_duration_seconds",
                                  "How long each periodic task's last run took", labels=["task"])
+        failed = GaugeMetricFamily("tollgate_periodic_failed",
+                                   "1 when a periodic task's last run failed (verify_audit: "
+                                   "a chain or seal did not verify)", labels=["task"])
         for run in PeriodicRun.objects.all():
             if run.last_finished:
                 last.add_metric([run.name], (now - run.last_finished).total_seconds())
             if run.last_seconds is not None:
                 took.add_metric([run.name], run.last_seconds)
+            failed.add_metric([run.name], 1 if run.last_error else 0)
         yield last
         yield took
+        yield failed
 
         yield GaugeMetricFamily("tollgate_sweeper_late",
                                 "1 when no sweep has finished for three periods",
