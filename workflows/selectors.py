@@ -223,7 +223,8 @@ TIMELINE_COLUMNS = ["seq", "at", "kind", "step", "actor", "run_status", "step_st
                     "summary"]
 DECISION_COLUMNS = ["at", "run", "run_title", "step", "step_title", "attempt", "user",
                     "decision", "group", "comment", "values", "waited_seconds", "channel",
-                    "chat_identity", "for_user", "rule"]
+                    "chat_identity", "for_user", "rule", "signature_meaning", "signer_name",
+                    "signature_method", "signature_digest"]
 
 
 def run_audit(run: Run) -> dict:
@@ -270,15 +271,19 @@ def decision_rows(approvals: QuerySet[Approval]):
     rows = approvals.values_list("at", "step__run_id", "step__run__title", "step__key",
                                  "step__title", "attempt", "user__username", "decision",
                                  "group", "comment", "values", "waited_seconds", "channel",
-                                 "chat_identity", "on_behalf_of__username", "rule__label")
+                                 "chat_identity", "on_behalf_of__username", "rule__label",
+                                 "signature_meaning", "signer_name", "signature_method",
+                                 "signature_digest")
     for row in rows.iterator(chunk_size=2000):
         (at, run_id, title, key, step_title, attempt, user, decision, group, comment, values,
-         waited, channel, chat_identity, for_user, rule) = row
+         waited, channel, chat_identity, for_user, rule, *signature) = row
         yield {"at": at.isoformat(), "run": run_id, "run_title": title, "step": key,
                "step_title": step_title, "attempt": attempt, "user": user,
                "decision": decision, "group": group, "comment": comment,
                "values": values or {}, "waited_seconds": waited, "channel": channel,
-               "chat_identity": chat_identity, "for_user": for_user or "", "rule": rule or ""}
+               "chat_identity": chat_identity, "for_user": for_user or "", "rule": rule or "",
+               **dict(zip(("signature_meaning", "signer_name", "signature_method",
+                           "signature_digest"), signature, strict=True))}
 
 
 # On SQLite, a word matched by at most this many runs is looked up in the trigram table;

@@ -20,6 +20,7 @@ from ..errors import IllegalTransition, InvalidInput, NotFound, NotPermitted, Wo
 from . import batches, children, compensations
 from .commit import Announcement
 from .gates import (
+    Signature,
     approve,
     decide_many,
     expire_gate,
@@ -60,7 +61,8 @@ release_compensation = compensations.release
 __all__ = [
     "AGENT_STATUSES", "RUN_HAS_HARD_FAILURE", "Announcement", "Chain", "IllegalTransition",
     "batches",
-    "InvalidInput", "NotFound", "NotPermitted", "Opened", "WorkflowError", "add_steps", "approve",
+    "InvalidInput", "NotFound", "NotPermitted", "Opened", "Signature", "WorkflowError", "add_steps",
+    "approve",
     "cancel_run", "children", "claim_next", "claim_step", "claimable_exists", "compensations",
     "decide_many", "form_values",
     "complete_step", "expire_gate", "expire_lease", "expire_leases", "expire_wait", "fail_step",

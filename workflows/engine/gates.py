@@ -3,10 +3,15 @@ rules (see `workflows.permissions`), or by their deadline."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+from dataclasses import dataclass
+
 from workflows.specs.params import FieldErrors, coerce
 from workflows.specs.values import duration
 
 from .. import clock, permissions
+from ..audit import chain
 from ..errors import IllegalTransition, InvalidInput, NotPermitted, WorkflowError
 from ..models import (
     Approval,
@@ -38,7 +43,42 @@ from .rows import RunState, locked
 APPROVAL = sql.Table(Approval)
 APPROVAL_COLUMNS = ("step_id", "attempt", "user_id", "decision", "comment", "values",
                     "group", "waited_seconds", "at", "channel", "chat_identity", "rule_id",
-                    "on_behalf_of_id")
+                    "on_behalf_of_id", "signature_meaning", "signature_method", "signer_name",
+                    "signature_digest")
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A fresh proof, made at the moment of deciding, that the person deciding is the one the
+    record will name: made by the page that asked for it (workflows.web.signing: their
+    password, checked and counted as a sign-in is). The engine only takes it for that
+    person; a channel that cannot ask for one (chat, a token, a bulk decision) has none."""
+
+    user_id: int
+    method: str  # "password"
+
+
+def _signed(step: Step, user, signature: Signature | None, decision: str, comment: str,
+            values: dict, now) -> dict:
+    """What a gate with approval.signature records of a decision ({} for other gates), or
+    NotPermitted when no fresh proof of this person came with it."""
+    meaning = step.config.get("approval", {}).get("signature", {}).get("meaning")
+    if not meaning:
+        return {}
+    if signature is None or signature.user_id != user.pk:
+        raise NotPermitted(
+            f"{step.title} must be signed ({meaning}): decide it on its page, in the inbox or "
+            "on the run page, where you re-enter your password. A chat button, a token or a "
+            "bulk decision cannot sign.")
+    name = user.get_full_name() or user.get_username()
+    signed = {"run": step.run_id, "step": step.key, "attempt": step.attempt,
+              "decision": decision, "values": values, "comment": comment, "meaning": meaning,
+              "signer": user.get_username(), "name": name, "method": signature.method,
+              "at": chain.moment(now)}
+    digest = hashlib.sha256(json.dumps(signed, sort_keys=True, separators=(",", ":"),
+                                       ensure_ascii=False).encode()).hexdigest()
+    return {"meaning": meaning, "method": signature.method, "name": name,
+            "signer": user.get_username(), "at": signed["at"], "digest": digest}
 
 
 def _gate(state: RunState, key, user, verb: str):
@@ -86,16 +126,19 @@ def _channel(channel: str, chat_identity: str) -> tuple[str, str]:
 
 def _record_decision(step: Step, user, decision: str, comment: str,
                      values: dict | None = None, *, via: tuple[str, str], rule,
-                     for_person) -> None:
+                     for_person, signature: Signature | None = None) -> dict:
     """Insert the decision now: the unique (step, attempt, user) is the last word on a
-    second decision racing in."""
+    second decision racing in. Returns what its signature recorded ({} if none)."""
     now = clock.now()
+    signed = _signed(step, user, signature, decision, comment, values or {}, now)
     waited = (now - step.waiting_since).total_seconds() if step.waiting_since else None
     with sql.cursor() as cursor:
         cursor.execute(*APPROVAL.insert(APPROVAL_COLUMNS, [(
             step.pk, step.attempt, user.pk, decision, comment, values or {},
             rule.audience[:150], waited, now, *via, rule.pk,
-            for_person.pk if for_person else None)]))
+            for_person.pk if for_person else None, signed.get("meaning", ""),
+            signed.get("method", ""), signed.get("name", ""), signed.get("digest", ""))]))
+    return signed
 
 
 def _decision_evidence(rules, rule, for_person, via, opened) -> dict:
@@ -130,7 +173,7 @@ def form_values(step: Step, given, *, posted: bool = False) -> dict:
 
 def approve(run, key: str, *, user, comment: str = "", values: dict | None = None,
             posted: bool = False, channel: str = Channel.WEB,
-            chat_identity: str = "") -> Checkpoint:
+            chat_identity: str = "", signature: Signature | None = None) -> Checkpoint:
     """Record an approval, with the gate's form filled in; the gate completes when its
     quorum of distinct approvers is met. The values go into the run's shared state under
     the gate's key (a later approver's value for a field replaces an earlier one).
@@ -140,8 +183,8 @@ def approve(run, key: str, *, user, comment: str = "", values: dict | None = Non
     with locked(run, key=key) as state:
         step, rules, rule, for_person = _gate(state, key, user, "approve")
         filled = form_values(step, values, posted=posted)
-        _record_decision(step, user, Decision.APPROVE, comment, filled, via=via, rule=rule,
-                         for_person=for_person)
+        signed = _record_decision(step, user, Decision.APPROVE, comment, filled, via=via,
+                                  rule=rule, for_person=for_person, signature=signature)
         now = clock.now()
         opened = policy.count(rule, rules, Decision.APPROVE, now)
         policy.summarize(step, rules)
@@ -164,6 +207,9 @@ def approve(run, key: str, *, user, comment: str = "", values: dict | None = Non
         summary = comment or f"Approved ({count} of {step.approval_required})"
         if for_person:
             summary = f"For {for_person.name}: {summary}"
+        if signed:
+            evidence["signature"] = signed
+            summary = f"{summary} · signed by {signed['name']}: {signed['meaning']}"
         if all(r.met for r in rules):
             close_gate(step)
             step.status = StepStatus.COMPLETED
@@ -181,7 +227,7 @@ def approve(run, key: str, *, user, comment: str = "", values: dict | None = Non
 
 
 def reject(run, key: str, *, user, comment: str, channel: str = Channel.WEB,
-           chat_identity: str = "") -> Checkpoint:
+           chat_identity: str = "", signature: Signature | None = None) -> Checkpoint:
     """Reject a gate. Under `"reject": "any"` (the default) it fails, with the comment as
     its reason; under `"reject": "quorum"` it fails once a rule has as many rejections as
     it needs approvals, and until then the rejection is recorded."""
@@ -191,10 +237,12 @@ def reject(run, key: str, *, user, comment: str, channel: str = Channel.WEB,
         raise InvalidInput("A comment is required to reject.")
     with locked(run, key=key) as state:
         step, rules, rule, for_person = _gate(state, key, user, "reject")
-        _record_decision(step, user, Decision.REJECT, comment, via=via, rule=rule,
-                         for_person=for_person)
+        signed = _record_decision(step, user, Decision.REJECT, comment, via=via, rule=rule,
+                                  for_person=for_person, signature=signature)
         policy.count(rule, rules, Decision.REJECT, clock.now())
         evidence = _decision_evidence(rules, rule, for_person, via, [])
+        if signed:
+            evidence["signature"] = signed
         by = f"{user.get_username()}" + (f" for {for_person.name}" if for_person else "")
         if (step.config.get("approval", {}).get("reject", "any") == "quorum"
                 and rule.rejections < rule.required):

@@ -478,6 +478,12 @@ class Approval(models.Model):
     # The approval rule this decision counted toward.
     rule = models.ForeignKey("workflows.GateRule", null=True, blank=True,
                              on_delete=models.PROTECT, related_name="decisions")
+    # A signed decision (approval.signature): what signing meant, how the person proved who
+    # they were at that moment, their full name then, and the digest of what they signed.
+    signature_meaning = models.CharField(max_length=200, blank=True, default="", db_default="")
+    signature_method = models.CharField(max_length=20, blank=True, default="", db_default="")
+    signer_name = models.CharField(max_length=300, blank=True, default="", db_default="")
+    signature_digest = models.CharField(max_length=64, blank=True, default="", db_default="")
 
     objects = ApprovalQuerySet.as_manager()
 

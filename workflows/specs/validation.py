@@ -37,7 +37,7 @@ ACCOUNT_FIELDS = {"profile", "tool"}
 PROMPT_LIMIT = 20000
 APPROVAL_FIELDS = {
     "group", "required", "allow_self_approval", "timeout_seconds", "on_timeout", "escalate_to",
-    "form", "remind_after_seconds", "remind_every_seconds", "rules", "reject",
+    "form", "remind_after_seconds", "remind_every_seconds", "rules", "reject", "signature",
 }
 # One approval rule: who (a group, or the requester's manager), how many, when, in which stage.
 RULE_FIELDS = {"when", "group", "manager", "required", "allow_self_approval", "order", "label"}
@@ -323,6 +323,14 @@ def _validate_approval(where: str, approval) -> dict:
         _fail(where, "on_timeout needs timeout_seconds")
     if on_timeout == "escalate" and not approval.get("escalate_to"):
         _fail(where, "on_timeout 'escalate' needs escalate_to (a group name)")
+    if "signature" in approval:
+        signature = approval["signature"]
+        meaning = signature.get("meaning") if isinstance(signature, dict) else None
+        if (not isinstance(meaning, str) or not meaning.strip() or len(meaning) > 200
+                or set(signature) != {"meaning"}):
+            _fail(where, 'signature must be {"meaning": "what signing it means"}, the meaning '
+                         '1 to 200 characters, e.g. {"meaning": "Approved for release"}')
+        normal["signature"] = {"meaning": meaning.strip()}
     if "form" in approval:
         try:
             normal["form"] = check_fields(approval["form"], f"{where} form field")

@@ -38,6 +38,7 @@ from workflows.permissions import (
 from workflows.recovery.recover import recover_run
 from workflows.web import cards, polls
 from workflows.web.forms import gate_form, posted_values
+from workflows.web.signing import signature_from
 
 
 def _dag_order(steps: list) -> list:
@@ -278,11 +279,11 @@ def step_action(request, pk: int, key: str, action: str):
         if action == "approve":
             checkpoint = engine.approve(run, key, user=request.user, comment=comment,
                                         values=posted_values(request.POST), posted=True,
-                                        channel=via)
+                                        channel=via, signature=signature_from(request))
             done = f"You approved {checkpoint.step.title}."
         elif action == "reject":
             checkpoint = engine.reject(run, key, user=request.user, comment=comment,
-                                       channel=via)
+                                       channel=via, signature=signature_from(request))
             done = f"You rejected {checkpoint.step.title}."
         elif action == "retry":
             checkpoint = engine.retry_step(run, key, actor=request.user)

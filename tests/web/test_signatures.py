@@ -1,0 +1,109 @@
+"""A gate with approval.signature is decided only with a fresh proof of who decides: the
+person's password re-entered on the page (counted as a sign-in). The record keeps the
+signer's name, the time, the meaning, the method and a digest of what was signed; the card,
+the run page and the audit export show them; the API, chat and bulk decisions cannot sign."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from axes.models import AccessAttempt
+from django.test import Client
+
+from tests.api.conftest import Api
+from workflows import engine
+from workflows.models import Approval, Channel, Checkpoint
+from workflows.specs.storage import store_spec
+from workflows.specs.validation import SpecError
+
+pytestmark = pytest.mark.django_db
+
+MEANING = "Approved for release"
+
+
+@pytest.fixture
+def signed_gate(people):
+    spec = store_spec({"name": "signed", "steps": [
+        {"key": "qa", "approval": {"group": "qa", "signature": {"meaning": MEANING}}}]})[0]
+    people["bob"].first_name, people["bob"].last_name = "Bob", "Builder"
+    people["bob"].save()
+    return engine.open_run(spec, actor=people["alice"], title="Release 2.0").run
+
+
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_a_signature_names_its_meaning(db):
+    for bad in ({}, {"meaning": ""}, {"meaning": "x" * 201}, {"meaning": "ok", "by": "me"},
+                "yes"):
+        with pytest.raises(SpecError, match="signature must be"):
+            store_spec({"name": "bad", "steps": [
+                {"key": "qa", "approval": {"group": "qa", "signature": bad}}]})
+
+
+def test_the_page_asks_for_the_password_and_a_session_alone_cannot_sign(signed_gate, people):
+    bob = signed_in(people["bob"])
+    inbox = bob.get("/").content.decode()
+    assert f"Sign: {MEANING}" in inbox and 'name="signature_password"' in inbox
+    answer = bob.post(f"/runs/{signed_gate.pk}/steps/qa/approve/", {"via": "web"},
+                      HTTP_HX_REQUEST="true")
+    assert "must be signed" in answer.content.decode()
+    assert not Approval.objects.exists()
+
+
+def test_a_wrong_password_decides_nothing_and_counts_as_a_failed_sign_in(signed_gate, people):
+    bob = signed_in(people["bob"])
+    answer = bob.post(f"/runs/{signed_gate.pk}/steps/qa/approve/",
+                      {"via": "web", "signature_password": "pw-carol"}, HTTP_HX_REQUEST="true")
+    assert "not your password" in answer.content.decode()
+    assert not Approval.objects.exists()
+    assert AccessAttempt.objects.get(username="bob").failures_since_start == 1
+
+
+def test_a_signed_approval_records_and_shows_who_when_and_what_it_means(signed_gate, people):
+    bob = signed_in(people["bob"])
+    bob.post(f"/runs/{signed_gate.pk}/steps/qa/approve/",
+             {"via": "run_page", "comment": "ship it", "signature_password": "pw-bob"})
+    approval = Approval.objects.get()
+    assert (approval.signature_meaning, approval.signature_method, approval.signer_name) == (
+        MEANING, "password", "Bob Builder")
+    assert len(approval.signature_digest) == 64
+    checkpoint = Checkpoint.objects.get(run=signed_gate, kind="step_approved")
+    assert checkpoint.evidence["signature"]["digest"] == approval.signature_digest
+    assert f"signed by Bob Builder: {MEANING}" in checkpoint.summary
+    page = re.sub(r"</?bdi>", "", bob.get(signed_gate.get_absolute_url()).content.decode())
+    assert f"signed “{MEANING}” as Bob Builder (bob) at " in page
+    audit = bob.get(f"/runs/{signed_gate.pk}/audit/").json()
+    assert audit["decisions"][0] | {
+        "signature_meaning": MEANING, "signer_name": "Bob Builder",
+        "signature_method": "password"} == audit["decisions"][0]
+
+
+def test_a_signed_rejection(signed_gate, people):
+    signed_in(people["bob"]).post(f"/runs/{signed_gate.pk}/steps/qa/reject/",
+                                  {"comment": "not yet", "signature_password": "pw-bob"})
+    assert Approval.objects.get().signature_meaning == MEANING
+    signed_gate.refresh_from_db()
+    assert signed_gate.status == "failed"
+
+
+def test_the_api_chat_and_bulk_cannot_sign(signed_gate, people):
+    answer = Api(people["bob"]).post(f"/api/runs/{signed_gate.pk}/steps/qa/approve", {})
+    assert answer.status_code == 403 and "must be signed" in answer.json()["error"]
+    with pytest.raises(engine.NotPermitted, match="must be signed"):
+        engine.approve(signed_gate, "qa", user=people["bob"], channel=Channel.CHAT,
+                       chat_identity="slack:T1/U2")
+    gate = signed_gate.steps.get(key="qa")
+    decided, refused = engine.decide_many([gate.pk], user=people["bob"], decision="approve")
+    assert decided == [] and "must be signed" in refused[gate.pk]
+    assert not Approval.objects.exists()
+
+
+def test_a_signature_is_only_its_makers(signed_gate, people):
+    carol_proof = engine.Signature(people["carol"].pk, "password")
+    with pytest.raises(engine.NotPermitted, match="must be signed"):
+        engine.approve(signed_gate, "qa", user=people["bob"], signature=carol_proof)
