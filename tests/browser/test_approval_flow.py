@@ -329,3 +329,32 @@ def test_the_card_holds_the_decision_with_deadline_words(page, shoot, people):
     assert "rejects itself in 3 h" in text and ("CET" in text or "CEST" in text)
     assert page.inner_text(f"{card} .instructions strong") == "2.2.0"
     shoot("inbox-card")
+
+
+def test_a_signed_gate_is_approved_with_the_password_re_entered(page, shoot, people):
+    """The card asks for the password; a wrong one decides nothing and says so in the page;
+    the right one approves, and the run page shows who signed, when and what it means."""
+    spec = store_spec({"name": "signed", "steps": [
+        {"key": "qa", "title": "Release sign-off", "approval": {
+            "group": "qa", "signature": {"meaning": "Approved for release"}}}]})[0]
+    people["bob"].first_name, people["bob"].last_name = "Bob", "Builder"
+    people["bob"].save()
+    run = engine.open_run(spec, actor=people["alice"], title="Release 4.0").run
+    login(page, "bob")
+    page.goto("/")
+    field = page.get_by_label("Your password, to sign this approval as Bob Builder")
+    field.fill("not-my-password")
+    page.click("button:has-text('Approve')")
+    page.wait_for_selector("[role=alert] >> text=That is not your password")
+    assert not Approval.objects.exists()
+    shoot("signature-refused")
+    page.get_by_label("Your password, to sign this approval as Bob Builder").fill("pw-bob")
+    page.click("button:has-text('Approve')")
+    page.wait_for_selector(".decided >> text=You approved Release sign-off")
+    approval = Approval.objects.get()
+    assert (approval.signature_meaning, approval.signer_name) == ("Approved for release",
+                                                                  "Bob Builder")
+    page.goto(f"/runs/{run.pk}/")
+    signed = page.inner_text("#step-qa .signed")
+    assert signed.startswith("signed “Approved for release” as Bob Builder (bob) at ")
+    shoot("signature-shown")
