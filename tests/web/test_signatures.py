@@ -107,3 +107,27 @@ def test_a_signature_is_only_its_makers(signed_gate, people):
     carol_proof = engine.Signature(people["carol"].pk, "password")
     with pytest.raises(engine.NotPermitted, match="must be signed"):
         engine.approve(signed_gate, "qa", user=people["bob"], signature=carol_proof)
+
+
+def test_mail_and_chat_show_who_signed_when_and_what_it_means(people):
+    """A gate needing two: after the first signed approval, the chat message and the mail
+    about the gate name the signature (Part 11's manifestation)."""
+    from zoneinfo import ZoneInfo
+
+    from workflows.chat.messages import gate_message
+    from workflows.delivery.notifications import _gate_brief, _render
+
+    spec = store_spec({"name": "two-signed", "steps": [
+        {"key": "qa", "approval": {"group": "qa", "required": 2,
+                                   "signature": {"meaning": MEANING}}}]})[0]
+    people["bob"].first_name, people["bob"].last_name = "Bob", "Builder"
+    people["bob"].save()
+    run = engine.open_run(spec, actor=people["alice"]).run
+    engine.approve(run, "qa", user=people["bob"],
+                   signature=engine.Signature(people["bob"].pk, "password"))
+    gate = run.steps.get(key="qa")
+    line = f"signed “{MEANING}” as Bob Builder (bob) at "
+    assert any(line in d for d in gate_message(gate).decisions)
+    text, html = _render("gate_waiting", {"gate": _gate_brief(run, gate), "run": run},
+                         ZoneInfo("UTC"))
+    assert line in text and "by password" in text

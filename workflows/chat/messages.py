@@ -51,6 +51,7 @@ def gate_message(gate: Step):
         deadline_then=(gate.due or {}).get("then", ""), approved=gate.approved,
         required=gate.approval_required,
         decisions=[f"{d.user} {d.get_decision_display()} ({d.get_channel_display()})"
+                   + (f", {d.signature_line}" if d.signature_meaning else "")
                    for d in gate.decisions],
         open=waiting, outcome=outcome,
         has_form=bool(gate.config.get("approval", {}).get("form")),

@@ -503,6 +503,16 @@ class Approval(models.Model):
     def delete(self, *args, **kwargs):
         raise TypeError("Decisions are never deleted: they are the audit trail.")
 
+    @property
+    def signature_line(self) -> str:
+        """A signed decision as mail and chat show it (Part 11's manifestation): meaning,
+        name, username, time with its zone and method; "" if it was not signed."""
+        if not self.signature_meaning:
+            return ""
+        return (f"signed “{self.signature_meaning}” as {self.signer_name} "
+                f"({self.user.get_username()}) at {self.at:%Y-%m-%d %H:%M:%S %Z} by "
+                f"{self.signature_method}")
+
 
 class CheckpointKind(models.TextChoices):
     RUN_OPENED = "run_opened"
