@@ -16,6 +16,7 @@ from django.db import transaction
 from .. import clock
 from ..models import (
     TERMINAL_RUN_STATUSES,
+    Approval,
     Checkpoint,
     CheckpointKind,
     Run,
@@ -25,7 +26,7 @@ from ..models import (
     StepStatus,
 )
 from . import policy
-from .moves import close_gate, open_gate, start_waiting
+from .moves import close_gate, decided_keys, evidence_digest, open_gate, start_waiting
 from .rows import RunState, actor_of
 from .rules import (
     claimable_at,
@@ -85,6 +86,14 @@ def commit(state: RunState, kind: str, *, actor, step: Step | None = None, summa
     _settle_run(state, frontier, step, now, previous_status, failed)
     run.checkpoint_seq += 1
     gates = [gate.key for gate in opened if gate.kind == StepKind.APPROVAL]
+    if stale := _stale_approvals(state, frontier, failed, now):
+        # The approvers are told as when a gate opens (mail, chat, inbox).
+        evidence = {**(evidence or {}), "approvals_stale": stale}
+        gates += [key for key in stale if key not in gates]
+        summary = "; ".join([summary, *(
+            f"approvals of {key} by {', '.join(seen['stale'])} no longer count: "
+            f"{', '.join(seen['changed']) or 'the evidence'} changed"
+            for key, seen in stale.items())]).lstrip("; ")
     if gates:
         evidence = {**(evidence or {}), "gates_opened": gates}
     if children := _children_to_cancel(run, frontier, failed, step):
@@ -101,6 +110,40 @@ def commit(state: RunState, kind: str, *, actor, step: Step | None = None, summa
                      step_status=skip.status, actor=None, actor_name="condition", summary=why,
                      evidence={"when": skip.config["when"]}, state_patch={}, at=now)
     return checkpoint
+
+
+def _stale_approvals(state: RunState, frontier, failed, now) -> dict:
+    """Gates that were waiting when this transition changed what their approvers saw (the
+    run's shared state): the approvals already made no longer count. The gate starts a new
+    attempt (its deadline kept), so each approver decides again on what is there now.
+    {gate key: {"stale": who had decided, "changed": the state keys that changed}}."""
+    run = state.run
+    before = state.run_loaded.get("shared_state") or {}
+    after = run.shared_state or {}
+    if before == after or failed or run.is_terminal:
+        return {}
+    theirs = decided_keys(run)  # what approvers wrote is not evidence (evidence_digest)
+    changed = sorted(k for k in before.keys() | after.keys()
+                     if before.get(k) != after.get(k) and k not in theirs)
+    found = {}
+    for gate in frontier:
+        if (gate.kind != StepKind.APPROVAL or gate.status != StepStatus.WAITING_APPROVAL
+                or gate.as_loaded.get("status") != StepStatus.WAITING_APPROVAL):
+            continue
+        digest = evidence_digest(gate)
+        if gate.evidence_digest == digest:
+            continue
+        decided = list(Approval.objects.filter(step_id=gate.pk, attempt=gate.attempt)
+                       .order_by("at", "pk").values_list("user__username", flat=True))
+        if decided and gate.evidence_digest:
+            deadline = gate.deadline_at
+            gate.attempt += 1
+            open_gate(gate, now)
+            gate.deadline_at = deadline
+            found[gate.key] = {"stale": decided, "changed": changed}
+        else:  # nobody has decided on the old evidence (or the gate predates digests)
+            gate.evidence_digest = digest
+    return found
 
 
 def _children_to_cancel(run, frontier, failed, step) -> list[int]:

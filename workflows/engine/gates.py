@@ -44,7 +44,7 @@ APPROVAL = sql.Table(Approval)
 APPROVAL_COLUMNS = ("step_id", "attempt", "user_id", "decision", "comment", "values",
                     "group", "waited_seconds", "at", "channel", "chat_identity", "rule_id",
                     "on_behalf_of_id", "signature_meaning", "signature_method", "signer_name",
-                    "signature_digest")
+                    "signature_digest", "evidence_digest")
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,8 @@ def _record_decision(step: Step, user, decision: str, comment: str,
             step.pk, step.attempt, user.pk, decision, comment, values or {},
             rule.audience[:150], waited, now, *via, rule.pk,
             for_person.pk if for_person else None, signed.get("meaning", ""),
-            signed.get("method", ""), signed.get("name", ""), signed.get("digest", ""))]))
+            signed.get("method", ""), signed.get("name", ""), signed.get("digest", ""),
+            step.evidence_digest)]))
     return signed
 
 
@@ -171,9 +172,20 @@ def form_values(step: Step, given, *, posted: bool = False) -> dict:
         raise refused from None
 
 
+def _as_seen(step: Step, seen: str) -> None:
+    """A decision made on a page shows the evidence digest that page was drawn with
+    (`seen`): if the evidence changed since, the decision is refused, not recorded on what
+    the person did not see."""
+    if seen and seen != step.evidence_digest:
+        raise IllegalTransition(
+            f"{step.title} changed after your page showed it (the run's values or outputs "
+            "moved on): nothing was decided. Look again at what it shows now.")
+
+
 def approve(run, key: str, *, user, comment: str = "", values: dict | None = None,
             posted: bool = False, channel: str = Channel.WEB,
-            chat_identity: str = "", signature: Signature | None = None) -> Checkpoint:
+            chat_identity: str = "", signature: Signature | None = None,
+            seen: str = "") -> Checkpoint:
     """Record an approval, with the gate's form filled in; the gate completes when its
     quorum of distinct approvers is met. The values go into the run's shared state under
     the gate's key (a later approver's value for a field replaces an earlier one).
@@ -182,6 +194,7 @@ def approve(run, key: str, *, user, comment: str = "", values: dict | None = Non
     via = _channel(channel, chat_identity)
     with locked(run, key=key) as state:
         step, rules, rule, for_person = _gate(state, key, user, "approve")
+        _as_seen(step, seen)
         filled = form_values(step, values, posted=posted)
         signed = _record_decision(step, user, Decision.APPROVE, comment, filled, via=via,
                                   rule=rule, for_person=for_person, signature=signature)
@@ -227,7 +240,8 @@ def approve(run, key: str, *, user, comment: str = "", values: dict | None = Non
 
 
 def reject(run, key: str, *, user, comment: str, channel: str = Channel.WEB,
-           chat_identity: str = "", signature: Signature | None = None) -> Checkpoint:
+           chat_identity: str = "", signature: Signature | None = None,
+           seen: str = "") -> Checkpoint:
     """Reject a gate. Under `"reject": "any"` (the default) it fails, with the comment as
     its reason; under `"reject": "quorum"` it fails once a rule has as many rejections as
     it needs approvals, and until then the rejection is recorded."""
@@ -237,6 +251,7 @@ def reject(run, key: str, *, user, comment: str, channel: str = Channel.WEB,
         raise InvalidInput("A comment is required to reject.")
     with locked(run, key=key) as state:
         step, rules, rule, for_person = _gate(state, key, user, "reject")
+        _as_seen(step, seen)
         signed = _record_decision(step, user, Decision.REJECT, comment, via=via, rule=rule,
                                   for_person=for_person, signature=signature)
         policy.count(rule, rules, Decision.REJECT, clock.now())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import timedelta
 
 from django.conf import settings
@@ -177,10 +179,24 @@ def open_gate(gate: Step, now) -> None:
     gate.reminders_sent = 0
     gate.remind_at = next_reminder(gate, now)
     policy.open_rules(gate, now)
+    gate.evidence_digest = evidence_digest(gate)
     # What the rules read is fixed now: no later report, patch or worker can change the
     # value a downstream step acts on after the approvers saw (and the rules judged) it.
     for key in policy.state_read(gate.config):
         reserve_key(gate.run, key)
+
+
+def evidence_digest(gate: Step) -> str:
+    """What the gate's approvers decide on, as a digest: the run's params and shared state
+    (the values and outputs the card shows), its spec version and the gate's own spec
+    (instructions, form, rules). Upstream steps are settled while a gate waits. The keys
+    approvers wrote (a gate's form) are theirs, not evidence: they are left out."""
+    run = gate.run
+    theirs = decided_keys(run)
+    state = {k: v for k, v in (run.shared_state or {}).items() if k not in theirs}
+    seen = {"params": run.params, "state": state, "spec": run.spec_id, "gate": gate.config}
+    return hashlib.sha256(json.dumps(seen, sort_keys=True, separators=(",", ":"),
+                                     default=str).encode()).hexdigest()
 
 
 def next_reminder(gate: Step, now):

@@ -304,6 +304,9 @@ class Step(HeldByProcess):
     # When a waiting gate's approvers are next reminded (see engine.gates.remind_gate).
     remind_at = models.DateTimeField(null=True, blank=True)
     reminders_sent = models.PositiveIntegerField(default=0)
+    # A waiting gate's evidence as its approvers see it (params, shared state, spec), as a
+    # digest (moves.evidence_digest): when it changes, earlier approvals no longer count.
+    evidence_digest = models.CharField(max_length=64, blank=True, default="", db_default="")
     compensation = models.JSONField(null=True, blank=True)
     lease_owner = models.CharField(max_length=200, blank=True)
     # When the queue was last rung for this step; the sweeper re-rings what looks lost.
@@ -484,6 +487,8 @@ class Approval(models.Model):
     signature_method = models.CharField(max_length=20, blank=True, default="", db_default="")
     signer_name = models.CharField(max_length=300, blank=True, default="", db_default="")
     signature_digest = models.CharField(max_length=64, blank=True, default="", db_default="")
+    # The digest of the gate's evidence this decision was made on (Step.evidence_digest).
+    evidence_digest = models.CharField(max_length=64, blank=True, default="", db_default="")
 
     objects = ApprovalQuerySet.as_manager()
 

@@ -279,11 +279,13 @@ def step_action(request, pk: int, key: str, action: str):
         if action == "approve":
             checkpoint = engine.approve(run, key, user=request.user, comment=comment,
                                         values=posted_values(request.POST), posted=True,
-                                        channel=via, signature=signature_from(request))
+                                        channel=via, signature=signature_from(request),
+                                        seen=request.POST.get("evidence_digest", ""))
             done = f"You approved {checkpoint.step.title}."
         elif action == "reject":
             checkpoint = engine.reject(run, key, user=request.user, comment=comment,
-                                       channel=via, signature=signature_from(request))
+                                       channel=via, signature=signature_from(request),
+                                       seen=request.POST.get("evidence_digest", ""))
             done = f"You rejected {checkpoint.step.title}."
         elif action == "retry":
             checkpoint = engine.retry_step(run, key, actor=request.user)

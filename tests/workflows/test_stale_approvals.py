@@ -1,0 +1,88 @@
+"""Approvals bound to what was seen: when a waiting gate's evidence changes (a report patches
+the run's shared state), the approvals already made stop counting, the timeline says whose
+and why, the approvers are told again, and a decision posted from a page drawn before the
+change is refused."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from workflows import engine
+from workflows.models import Approval, Checkpoint, OutboxMessage
+from workflows.specs.storage import store_spec
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def gated(people):
+    """A gate needing two approvals, beside a step an agent reports on (not before it)."""
+    spec = store_spec({"name": "notes", "steps": [
+        {"key": "qa", "approval": {"group": "qa", "required": 2}},
+        {"key": "notes", "title": "Release notes"}]})[0]
+    return engine.open_run(spec, actor=people["alice"], shared_state={"artifact": "a.tgz"}).run
+
+
+def state(gated):
+    return gated.steps.get(key="qa")
+
+
+def test_a_change_of_evidence_makes_earlier_approvals_stop_counting(gated, people, settings):
+    settings.TOLLGATE_NOTIFY = True
+    engine.approve(gated, "qa", user=people["bob"])
+    before = state(gated)
+    assert before.attempt == 1
+    engine.record_transition(gated, "notes", actor="agent", step_status="running",
+                             state_patch={"artifact": "b.tgz"})
+    after = state(gated)
+    assert (after.attempt, after.status) == (2, "waiting_approval")
+    assert after.evidence_digest != before.evidence_digest
+    assert after.deadline_at == before.deadline_at
+    said = Checkpoint.objects.filter(run=gated).order_by("-seq").first()
+    assert said.evidence["approvals_stale"] == {"qa": {"stale": ["bob"], "changed": ["artifact"]}}
+    assert "approvals of qa by bob no longer count: artifact changed" in said.summary
+    # The approvers are told again, as when the gate opened.
+    assert "qa" in said.evidence["gates_opened"]
+    told = OutboxMessage.objects.filter(run=gated, seq=said.seq)
+    assert ["gate_waiting", "qa"] in [event for message in told for event in message.events]
+    engine.approve(gated, "qa", user=people["carol"])
+    assert state(gated).status == "waiting_approval"  # bob's earlier approval does not count
+    engine.approve(gated, "qa", user=people["bob"])  # bob decides again, on what is there now
+    assert state(gated).status == "completed"
+    assert Approval.objects.filter(user=people["bob"]).count() == 2
+
+
+def test_a_change_before_anyone_decided_stales_nothing(gated, people):
+    engine.record_transition(gated, "notes", actor="agent", step_status="running",
+                             state_patch={"artifact": "b.tgz"})
+    gate = state(gated)
+    assert gate.attempt == 1
+    assert "approvals_stale" not in Checkpoint.objects.filter(run=gated).order_by(
+        "-seq").first().evidence
+    engine.approve(gated, "qa", user=people["bob"])
+    assert Approval.objects.get().evidence_digest == gate.evidence_digest
+
+
+def test_a_state_patch_that_changes_nothing_stales_nothing(gated, people):
+    engine.approve(gated, "qa", user=people["bob"])
+    engine.record_transition(gated, "notes", actor="agent", step_status="running",
+                             state_patch={"artifact": "a.tgz"})
+    assert state(gated).attempt == 1
+
+
+def test_a_decision_from_a_page_drawn_before_the_change_is_refused(gated, people):
+    bob = Client()
+    bob.force_login(people["bob"])
+    seen = state(gated).evidence_digest
+    engine.record_transition(gated, "notes", actor="agent", step_status="running",
+                             state_patch={"artifact": "b.tgz"})
+    answer = bob.post(f"/runs/{gated.pk}/steps/qa/approve/",
+                      {"via": "web", "evidence_digest": seen}, HTTP_HX_REQUEST="true")
+    assert "changed after your page showed it" in answer.content.decode()
+    assert not Approval.objects.exists()
+    fresh = state(gated).evidence_digest
+    page = bob.get("/").content.decode()
+    assert f'name="evidence_digest" value="{fresh}"' in page
+    bob.post(f"/runs/{gated.pk}/steps/qa/approve/", {"via": "web", "evidence_digest": fresh})
+    assert Approval.objects.get().evidence_digest == fresh
