@@ -27,6 +27,14 @@ def canonical(fields: dict) -> bytes:
                       allow_nan=False).encode()
 
 
+def digest(value) -> str:
+    """SHA-256 of any JSON value in the same canonical form (keys sorted, no spaces,
+    UTF-8; what JSON cannot hold, as text): what a signature or a gate's evidence digest
+    covers."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"),
+                                     ensure_ascii=False, default=str).encode()).hexdigest()
+
+
 def link(prev_hash: str, fields: dict) -> str:
     """The hash of a checkpoint with these fields, after one whose hash is `prev_hash` ("" for
     a run's first)."""

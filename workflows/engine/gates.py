@@ -3,8 +3,6 @@ rules (see `workflows.permissions`), or by their deadline."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 
 from workflows.specs.params import FieldErrors, coerce
@@ -75,10 +73,8 @@ def _signed(step: Step, user, signature: Signature | None, decision: str, commen
               "decision": decision, "values": values, "comment": comment, "meaning": meaning,
               "signer": user.get_username(), "name": name, "method": signature.method,
               "at": chain.moment(now)}
-    digest = hashlib.sha256(json.dumps(signed, sort_keys=True, separators=(",", ":"),
-                                       ensure_ascii=False).encode()).hexdigest()
     return {"meaning": meaning, "method": signature.method, "name": name,
-            "signer": user.get_username(), "at": signed["at"], "digest": digest}
+            "signer": user.get_username(), "at": signed["at"], "digest": chain.digest(signed)}
 
 
 def _gate(state: RunState, key, user, verb: str):

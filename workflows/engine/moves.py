@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from datetime import timedelta
 
 from django.conf import settings
@@ -11,6 +9,7 @@ from django.conf import settings
 from workflows.specs.values import BadValue, check_json
 
 from .. import permissions
+from ..audit import chain
 from ..errors import IllegalTransition, InvalidInput, NotPermitted
 from ..models import Run, Step, StepStatus
 from . import policy
@@ -194,9 +193,8 @@ def evidence_digest(gate: Step) -> str:
     run = gate.run
     theirs = decided_keys(run)
     state = {k: v for k, v in (run.shared_state or {}).items() if k not in theirs}
-    seen = {"params": run.params, "state": state, "spec": run.spec_id, "gate": gate.config}
-    return hashlib.sha256(json.dumps(seen, sort_keys=True, separators=(",", ":"),
-                                     default=str).encode()).hexdigest()
+    return chain.digest({"params": run.params, "state": state, "spec": run.spec_id,
+                         "gate": gate.config})
 
 
 def next_reminder(gate: Step, now):

@@ -115,16 +115,12 @@ def prune_runs(older_than_days: float, out, *, batch: int = 200, now=None) -> in
         deleted += len(still)
 
 
+# One transaction (a savepoint within the prune's): the tombstones, the permission the
+# append-only trigger asks for, and the deletions stand or fall together.
+@transaction.atomic
 def _delete_runs(run_ids: list[int]) -> None:
     if not run_ids:
         return
-    # One transaction (a savepoint within the prune's): the tombstones, the permission the
-    # append-only trigger asks for, and the deletions stand or fall together.
-    with transaction.atomic():
-        _delete_runs_now(run_ids)
-
-
-def _delete_runs_now(run_ids: list[int]) -> None:
     steps = Step.objects.filter(run_id__in=run_ids)
     # What is deleted is signed as deleted (a tombstone seal), so verify_audit tells it from
     # a run someone removed behind the application's back.
