@@ -15,7 +15,7 @@ from django.db import IntegrityError, transaction
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from workflows import briefs
+from workflows import briefs, clock
 from workflows.delivery import links
 from workflows.models import Checkpoint, Notification, StepStatus
 from workflows.permissions import deciders
@@ -107,7 +107,7 @@ def deliver(checkpoint_id: int, events) -> int:
                 with transaction.atomic():
                     note = Notification.objects.create(
                         user=user, key=key, event=event, run=checkpoint.run, subject=subject,
-                        body=body, html=html, next_attempt_at=timezone.now())
+                        body=body, html=html, next_attempt_at=clock.now())
             except IntegrityError:
                 continue  # recorded by an earlier try of this task: send_due has it
             sent += send(note.pk)
@@ -117,7 +117,7 @@ def deliver(checkpoint_id: int, events) -> int:
 def send(notification_id: int, now=None) -> bool:
     """Send one pending mail if it is due, claiming it first (two workers never send it at
     once); record the attempt. True when the server took it."""
-    now = now or timezone.now()
+    now = now or clock.now()
     claimed = Notification.objects.filter(
         pk=notification_id, sent_at__isnull=True, next_attempt_at__lte=now).update(
         next_attempt_at=now + timedelta(seconds=CLAIM_SECONDS))
@@ -129,7 +129,7 @@ def send(notification_id: int, now=None) -> bool:
                   html_message=note.html or None)
     except Exception as exc:
         attempts = note.attempts + 1
-        retry = (timezone.now() + timedelta(seconds=RETRY_DELAYS[attempts - 1])
+        retry = (clock.now() + timedelta(seconds=RETRY_DELAYS[attempts - 1])
                  if attempts <= len(RETRY_DELAYS) else None)
         log.warning("Mail %s to %s failed (attempt %s): %s; %s", note.key, note.user,
                     attempts, exc, f"again at {retry:%H:%M:%S}" if retry else "given up")
@@ -137,13 +137,13 @@ def send(notification_id: int, now=None) -> bool:
             attempts=attempts, next_attempt_at=retry, error=f"{type(exc).__name__}: {exc}"[:2000])
         return False
     Notification.objects.filter(pk=note.pk).update(
-        sent_at=timezone.now(), attempts=note.attempts + 1, next_attempt_at=None, error="")
+        sent_at=clock.now(), attempts=note.attempts + 1, next_attempt_at=None, error="")
     return True
 
 
 def send_due(now=None, limit: int = 100) -> int:
     """Send the pending mails whose next attempt is due; returns how many went."""
-    now = now or timezone.now()
+    now = now or clock.now()
     due = list(Notification.objects.filter(sent_at__isnull=True, next_attempt_at__lte=now)
                .order_by("next_attempt_at").values_list("pk", flat=True)[:limit])
     return sum(send(pk, now) for pk in due)

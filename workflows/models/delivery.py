@@ -9,6 +9,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.timezone import now
 
+from workflows import clock
 from workflows.delivery.addresses import RefusedAddress, resolve
 
 from .runs import Run, Step
@@ -87,7 +88,7 @@ class WebhookDelivery(models.Model):
     status = models.CharField(max_length=16, choices=DeliveryStatus,
                               default=DeliveryStatus.PENDING)
     attempts = models.PositiveIntegerField(default=0)
-    next_attempt_at = models.DateTimeField(default=timezone.now)
+    next_attempt_at = models.DateTimeField(default=clock.now)
     last_status_code = models.PositiveIntegerField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -126,7 +127,7 @@ class OutboxMessage(models.Model):
     job = models.CharField(max_length=16, choices=OutboxJob)
     events = models.JSONField()  # [[event, step key], ...]
     created_at = models.DateTimeField(default=timezone.now)
-    next_attempt_at = models.DateTimeField(default=timezone.now)
+    next_attempt_at = models.DateTimeField(default=clock.now)
     attempts = models.PositiveIntegerField(default=0)
     rung_at = models.DateTimeField(null=True, blank=True)
     done_at = models.DateTimeField(null=True, blank=True)
@@ -172,7 +173,7 @@ class ChatInteraction(models.Model):
     digest = models.CharField(max_length=64, unique=True)
     payload = models.JSONField()
     received_at = models.DateTimeField(default=timezone.now)
-    next_attempt_at = models.DateTimeField(default=timezone.now)
+    next_attempt_at = models.DateTimeField(default=clock.now)
     attempts = models.PositiveIntegerField(default=0)
     done_at = models.DateTimeField(null=True, blank=True)
     outcome = models.TextField(blank=True)

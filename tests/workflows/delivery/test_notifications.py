@@ -204,3 +204,27 @@ def test_a_mail_the_server_keeps_refusing_is_given_up_after_its_retries(release_
     assert all(n.next_attempt_at is None and n.sent_at is None and "refused" in n.error
                and n.attempts == len(notifications.RETRY_DELAYS) + 1
                for n in Notification.objects.all())
+
+
+@pytest.mark.parametrize("behind", [1.5, -1.5])
+def test_a_duty_is_due_at_once_whatever_the_database_clock_says(
+        release_spec, people, sent, monkeypatch, django_capture_on_commit_callbacks, behind):
+    """Due times are written and read on one clock, the database's: with the database's
+    clock 1.5 s behind (or ahead of) this machine's, the mail a gate owes still goes the
+    moment its transition commits, not a periodic ring later."""
+    import time
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from workflows import clock
+
+    wall, mono = timezone.now(), time.monotonic()
+    monkeypatch.setattr(clock, "_base", (wall - timedelta(seconds=behind), wall, mono))
+    monkeypatch.setattr(clock, "_checked", mono)
+    run = engine.open_run(release_spec, actor=people["alice"]).run
+    with django_capture_on_commit_callbacks(execute=True):
+        work(run, "build")
+    assert len(sent) == 1
+    assert recipients("waits on qa") == {"bob@example.com", "carol@example.com"}
+    assert Notification.objects.filter(sent_at=None).count() == 0
