@@ -438,6 +438,9 @@ TOLLGATE_WEBHOOKS = env_bool("TOLLGATE_WEBHOOKS", True)
 # (a system check requires it in production). `make run` serves on 127.0.0.1:8000.
 TOLLGATE_BASE_URL = os.environ.get(
     "TOLLGATE_BASE_URL", "http://127.0.0.1:8000" if DEBUG else "").rstrip("/")
+# The WebAuthn relying party passkeys are made for: by default the host the browser is on.
+# Set it to the registrable domain to let one passkey serve several hosts under it.
+TOLLGATE_PASSKEY_RP_ID = os.environ.get("TOLLGATE_PASSKEY_RP_ID", "")
 # Webhooks post to https URLs with public addresses; http only to these hosts, and private,
 # loopback or link-local addresses only when allowed (a receiver inside your network).
 TOLLGATE_WEBHOOK_HTTP_HOSTS = [h.lower() for h in env_list("TOLLGATE_WEBHOOK_HTTP_HOSTS")]

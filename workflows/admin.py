@@ -13,6 +13,7 @@ from .models import (
     Approval,
     ChatIdentity,
     Checkpoint,
+    Passkey,
     Preference,
     Run,
     Schedule,
@@ -258,6 +259,23 @@ class PreferenceAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return self._may_set(request)
+
+
+@admin.register(Passkey)
+class PasskeyAdmin(admin.ModelAdmin):
+    """Passkeys are seen and removed here (a lost key), never made or edited: a public key
+    set by anyone but its owner's browser would sign as that person."""
+
+    list_display = ["name", "user", "created_at", "last_used_at", "sign_count"]
+    list_select_related = ["user"]
+    search_fields = ["name", "user__username"]
+    fields = readonly_fields = ["user", "name", "created_at", "last_used_at", "sign_count"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(ApiToken)

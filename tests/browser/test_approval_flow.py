@@ -358,3 +358,40 @@ def test_a_signed_gate_is_approved_with_the_password_re_entered(page, shoot, peo
     signed = page.inner_text("#step-qa .signed")
     assert signed.startswith("signed “Approved for release” as Bob Builder (bob) at ")
     shoot("signature-shown")
+
+
+def test_a_signed_gate_is_approved_with_a_passkey(page, shoot, people):
+    """Chromium with a virtual authenticator (WebAuthn through the DevTools protocol): bob
+    adds a passkey on his profile, then signs the gate with it; the record says so, and the
+    authenticator's counter moved."""
+    from workflows.models import Passkey
+
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("WebAuthn.enable")
+    cdp.send("WebAuthn.addVirtualAuthenticator", {"options": {
+        "protocol": "ctap2", "transport": "internal", "hasResidentKey": True,
+        "hasUserVerification": True, "isUserVerified": True}})
+    spec = store_spec({"name": "signed", "steps": [
+        {"key": "qa", "title": "Release sign-off", "approval": {
+            "group": "qa", "signature": {"meaning": "Approved for release"}}}]})[0]
+    run = engine.open_run(spec, actor=people["alice"], title="Release 4.0").run
+    login(page, "bob")
+    page.goto("/profile/")
+    page.get_by_label("Passkey name").fill("virtual key")
+    page.click("button:has-text('Add a passkey')")
+    page.wait_for_selector("text=Passkey “virtual key” added")
+    passkey = Passkey.objects.get(user=people["bob"])
+    shoot("passkey-added")
+
+    page.goto("/")
+    page.get_by_label("Approval comment for Release sign-off").fill("checked the notes")
+    page.click("button:has-text('or sign with a passkey')")
+    page.wait_for_selector(".decided >> text=You approved Release sign-off")
+    approval = Approval.objects.get()
+    assert (approval.signature_meaning, approval.signature_method, approval.comment) == (
+        "Approved for release", "passkey", "checked the notes")
+    passkey.refresh_from_db()
+    assert passkey.sign_count > 0 and passkey.last_used_at is not None
+    page.goto(f"/runs/{run.pk}/")
+    assert "by passkey" in page.inner_text("#step-qa .signed")
+    shoot("passkey-signed")

@@ -49,11 +49,12 @@ APPROVAL_COLUMNS = ("step_id", "attempt", "user_id", "decision", "comment", "val
 class Signature:
     """A fresh proof, made at the moment of deciding, that the person deciding is the one the
     record will name: made by the page that asked for it (workflows.web.signing: their
-    password, checked and counted as a sign-in is). The engine only takes it for that
-    person; a channel that cannot ask for one (chat, a token, a bulk decision) has none."""
+    password, checked and counted as a sign-in is, or a passkey's signature over the very
+    decision). The engine only takes it for that person; a channel that cannot ask for one
+    (chat, a token, a bulk decision) has none."""
 
     user_id: int
-    method: str  # "password"
+    method: str  # "password" or "passkey"
 
 
 def _signed(step: Step, user, signature: Signature | None, decision: str, comment: str,

@@ -5,6 +5,7 @@ from .accounts import (  # noqa: F401
     ApiToken,
     ApiTokenManager,
     ChatIdentity,
+    Passkey,
     Preference,
     SsoIdentity,
 )

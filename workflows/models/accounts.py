@@ -183,3 +183,25 @@ class ChatIdentity(models.Model):
         """How the audit names it: "slack:T1/U2 @ann"."""
         return f"{self.provider}:{self.team}/{self.chat_user}" + (
             f" @{self.name}" if self.name else "")
+
+
+class Passkey(models.Model):
+    """A WebAuthn credential a person registered (a security key, a phone, the computer's
+    own authenticator): it signs decisions (workflows.web.passkeys). Only its public key is
+    kept; the counter catches a cloned authenticator replaying its signatures."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="passkeys")
+    name = models.CharField(max_length=100)
+    credential_id = models.BinaryField(max_length=1023, unique=True)
+    public_key = models.BinaryField()
+    sign_count = models.PositiveBigIntegerField(default=0)
+    transports = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["user_id", "created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.user})"

@@ -135,3 +135,14 @@ def human(value) -> str:
     """A value as a person reads it (values.readable): yes/no for booleans, JSON for
     objects and lists."""
     return readable(value)
+
+
+@register.filter
+def has_passkey(user) -> bool:
+    """Has this person a passkey to sign with? One query per request, however many gates
+    the page shows (kept on the request's user)."""
+    if not getattr(user, "is_authenticated", False):
+        return False
+    if not hasattr(user, "_has_passkey"):
+        user._has_passkey = user.passkeys.exists()
+    return user._has_passkey

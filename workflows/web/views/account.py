@@ -1,19 +1,21 @@
-"""Your account: API tokens (made, shown once, revoked), your time zone, and who decides
-your gates while you are away."""
+"""Your account: API tokens (made, shown once, revoked), passkeys (added, removed), your time
+zone, and who decides your gates while you are away."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from workflows import clock, timezones
-from workflows.models import ApiToken, Preference
+from workflows import clock, engine, timezones
+from workflows.models import ApiToken, Passkey, Preference
 from workflows.permissions import acting_for
+from workflows.web import passkeys
 from workflows.web.forms import AwayForm
 
 
@@ -65,7 +67,8 @@ def profile(request):
                                  "delegate": preference.delegate.get_username()
                                  if preference.delegate else ""})
     return render(request, "workflows/profile.html", {
-        "tokens": tokens, "new_token": new_token, "preference": preference, "away": away,
+        "tokens": tokens, "new_token": new_token, "passkeys": request.user.passkeys.all(),
+        "passkeys_possible": passkeys.possible(request), "preference": preference, "away": away,
         "away_now": preference.delegating_at(clock.now()),
         "deciding_for": acting_for(request.user),
         "zones": timezones.choices(), "site_zone": settings.TIME_ZONE})
@@ -91,4 +94,33 @@ def token_revoke(request, pk: int):
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
         messages.success(request, f"Token {token} revoked.")
+    return redirect("profile")
+
+
+@require_POST
+def passkey_options(request):
+    """WebAuthn creation options for a new passkey of this person (JSON)."""
+    return HttpResponse(passkeys.registration_options(request),
+                        content_type="application/json")
+
+
+@require_POST
+def passkey_add(request):
+    """Keep the passkey the browser made, if it answers this session's challenge."""
+    try:
+        passkey = passkeys.register(request, request.POST.get("name", ""),
+                                    request.POST.get("credential", ""))
+    except engine.WorkflowError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Passkey “{passkey.name}” added: it can sign your "
+                                  "decisions.")
+    return redirect("profile")
+
+
+@require_POST
+def passkey_remove(request, pk: int):
+    passkey = get_object_or_404(Passkey, pk=pk, user=request.user)
+    passkey.delete()
+    messages.success(request, f"Passkey “{passkey.name}” removed.")
     return redirect("profile")

@@ -36,7 +36,7 @@ from workflows.permissions import (
     readable_runs,
 )
 from workflows.recovery.recover import recover_run
-from workflows.web import cards, polls
+from workflows.web import cards, passkeys, polls
 from workflows.web.forms import gate_form, posted_values
 from workflows.web.signing import signature_from
 
@@ -279,12 +279,14 @@ def step_action(request, pk: int, key: str, action: str):
         if action == "approve":
             checkpoint = engine.approve(run, key, user=request.user, comment=comment,
                                         values=posted_values(request.POST), posted=True,
-                                        channel=via, signature=signature_from(request),
+                                        channel=via,
+                                        signature=signature_from(request, pk, key, action),
                                         seen=request.POST.get("evidence_digest", ""))
             done = f"You approved {checkpoint.step.title}."
         elif action == "reject":
             checkpoint = engine.reject(run, key, user=request.user, comment=comment,
-                                       channel=via, signature=signature_from(request),
+                                       channel=via,
+                                       signature=signature_from(request, pk, key, action),
                                        seen=request.POST.get("evidence_digest", ""))
             done = f"You rejected {checkpoint.step.title}."
         elif action == "retry":
@@ -304,6 +306,20 @@ def step_action(request, pk: int, key: str, action: str):
     except engine.WorkflowError as exc:
         return _respond(request, pk, key=key, error=exc)
     return _respond(request, pk, key=key, done=done, checkpoint=checkpoint)
+
+
+@require_POST
+def passkey_challenge(request, pk: int, key: str, action: str):
+    """What a passkey is asked to sign for this decision's form (the form's own fields
+    posted here first): WebAuthn request options, as JSON, or 400 saying why not."""
+    _require_readable(request, pk)
+    if action not in ("approve", "reject"):
+        return HttpResponse(status=404)
+    try:
+        options = passkeys.signing_options(request, pk, key, action)
+    except engine.WorkflowError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    return HttpResponse(options, content_type="application/json")
 
 
 @require_http_methods(["GET", "POST"])
