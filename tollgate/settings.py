@@ -441,6 +441,8 @@ TOLLGATE_BASE_URL = os.environ.get(
 # The WebAuthn relying party passkeys are made for: by default the host the browser is on.
 # Set it to the registrable domain to let one passkey serve several hosts under it.
 TOLLGATE_PASSKEY_RP_ID = os.environ.get("TOLLGATE_PASSKEY_RP_ID", "")
+# A passkey is added only by a session signed in this recently (a fresh proof of who adds it).
+TOLLGATE_PASSKEY_ENROL_SECONDS = int(os.environ.get("TOLLGATE_PASSKEY_ENROL_SECONDS", "600"))
 # Webhooks post to https URLs with public addresses; http only to these hosts, and private,
 # loopback or link-local addresses only when allowed (a receiver inside your network).
 TOLLGATE_WEBHOOK_HTTP_HOSTS = [h.lower() for h in env_list("TOLLGATE_WEBHOOK_HTTP_HOSTS")]

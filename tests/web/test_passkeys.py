@@ -153,3 +153,20 @@ def test_without_a_passkey_the_page_offers_none_and_asking_is_refused(signed_gat
     assert "or sign with a passkey" not in bob.get("/").content.decode()
     answer = bob.post(f"/runs/{signed_gate.pk}/steps/qa/approve/passkey/", {})
     assert answer.status_code == 400 and "no passkey" in json.loads(answer.content)["error"]
+
+
+def test_only_a_fresh_sign_in_adds_a_passkey(people, settings):
+    """A session cookie stolen, or a desk left open, an hour on cannot enrol a key of its own."""
+    from workflows.sso.middleware import SIGNED_IN_AT
+
+    bob = signed_in(people["bob"])
+    session = bob.session
+    session[SIGNED_IN_AT] -= settings.TOLLGATE_PASSKEY_ENROL_SECONDS + 1
+    session.save()
+    answer = bob.post("/profile/passkeys/options/")
+    assert answer.status_code == 403 and "sign in again" in answer.json()["error"]
+    key = Authenticator()
+    refused = bob.post("/profile/passkeys/", {"name": "x", "credential": key.create(
+        {"rp": {"id": "testserver"}, "challenge": "eA"})}, follow=True)
+    assert "sign in again" in refused.content.decode()
+    assert not Passkey.objects.exists()

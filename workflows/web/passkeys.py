@@ -16,6 +16,7 @@ import hashlib
 import ipaddress
 import json
 import secrets
+import time
 from urllib.parse import urlsplit
 
 import webauthn
@@ -35,6 +36,7 @@ from workflows import clock
 from workflows.audit import chain
 from workflows.errors import InvalidInput, NotPermitted
 from workflows.models import Passkey, Step
+from workflows.sso.middleware import SIGNED_IN_AT
 from workflows.web.forms import posted_values
 
 REGISTERING = "tollgate.passkey.registering"
@@ -78,9 +80,22 @@ def _credential(data: str) -> dict:
 # Registration -------------------------------------------------------------------------
 
 
+def _freshly_signed_in(request) -> None:
+    """Adding a passkey needs a sign-in made moments ago (with the password or at the
+    company's provider): a session cookie stolen or left open longer cannot enrol a key of
+    its own and then sign as the person with it."""
+    signed_in = request.session.get(SIGNED_IN_AT, 0)
+    if time.time() - signed_in > settings.TOLLGATE_PASSKEY_ENROL_SECONDS:
+        raise NotPermitted(
+            f"Adding a passkey needs a sign-in in the last "
+            f"{settings.TOLLGATE_PASSKEY_ENROL_SECONDS // 60} minutes: sign out, sign in "
+            "again, and add it then.")
+
+
 def registration_options(request) -> str:
     """The options (JSON) for navigator.credentials.create; the challenge stays in the
     session until the answer comes back."""
+    _freshly_signed_in(request)
     rp_id, _ = relying_party(request)
     user = request.user
     challenge = secrets.token_bytes(32)
@@ -104,6 +119,7 @@ def register(request, name: str, data: str) -> Passkey:
     if not name:
         raise InvalidInput("Name the passkey (where it lives, such as “work laptop”): "
                            "nothing was saved.")
+    _freshly_signed_in(request)
     challenge = request.session.pop(REGISTERING, None)
     if challenge is None:
         raise InvalidInput("No passkey was being added in this session: start again.")

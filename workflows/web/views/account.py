@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.http import HttpResponse
+from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
@@ -99,9 +99,13 @@ def token_revoke(request, pk: int):
 
 @require_POST
 def passkey_options(request):
-    """WebAuthn creation options for a new passkey of this person (JSON)."""
-    return HttpResponse(passkeys.registration_options(request),
-                        content_type="application/json")
+    """WebAuthn creation options for a new passkey of this person (JSON), or 403 saying
+    why not."""
+    try:
+        options = passkeys.registration_options(request)
+    except engine.WorkflowError as exc:
+        return JsonResponse({"error": str(exc)}, status=403)
+    return HttpResponse(options, content_type="application/json")
 
 
 @require_POST
