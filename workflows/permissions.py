@@ -169,6 +169,13 @@ def decide_refusal(user, run, step, *, groups: set[str] | None = None, rules=Non
     return chosen if isinstance(chosen, str) else None
 
 
+def deciding_rule(user, run, step, *, rules, decided: set[int]) -> GateRule | None:
+    """The open rule this user's decision would count toward now (None if they may not
+    decide): for a page that says what deciding asks of them (a rule's signature)."""
+    chosen = choose_rule(user, run, step, rules, decided, principals(user))
+    return None if isinstance(chosen, str) else chosen[0]
+
+
 def _fillable(pk) -> QuerySet:
     """Open rules a person is an approver of (by group or by name), self-approval aside."""
     return GateRule.objects.filter(Q(group__in=Group.objects.filter(user=pk).values("name"))

@@ -131,3 +131,34 @@ def test_mail_and_chat_show_who_signed_when_and_what_it_means(people):
     text, html = _render("gate_waiting", {"gate": _gate_brief(run, gate), "run": run},
                          ZoneInfo("UTC"))
     assert line in text and "by password" in text
+
+
+def test_one_rule_can_be_signed_and_the_others_not(people):
+    """`signature` on one rule: the managers' approval is signed with its meaning, QA's is
+    not, and each card asks only what that person's decision needs."""
+    spec = store_spec({"name": "change", "steps": [{"key": "qa", "approval": {"rules": [
+        {"group": "qa", "label": "QA"},
+        {"group": "managers", "label": "Change board",
+         "signature": {"meaning": "Change approved for production"}}]}}]})[0]
+    run = engine.open_run(spec, actor=people["alice"], title="Change 7").run
+    bob, dave = signed_in(people["bob"]), signed_in(people["dave"])
+    assert "Sign:" not in bob.get("/").content.decode()
+    assert "Sign: Change approved for production" in dave.get("/").content.decode()
+    assert "Sign: Change approved for production" in dave.get(
+        run.get_absolute_url()).content.decode()
+    bob.post(f"/runs/{run.pk}/steps/qa/approve/", {"comment": "tested"})
+    answer = dave.post(f"/runs/{run.pk}/steps/qa/approve/", {}, HTTP_HX_REQUEST="true")
+    assert "must be signed (Change approved for production)" in answer.content.decode()
+    dave.post(f"/runs/{run.pk}/steps/qa/approve/", {"signature_password": "pw-dave"})
+    qa, board = Approval.objects.order_by("pk")
+    assert (qa.user, qa.signature_meaning) == (people["bob"], "")
+    assert (board.user, board.signature_meaning, board.signature_method) == (
+        people["dave"], "Change approved for production", "password")
+    run.refresh_from_db()
+    assert run.status == "completed"
+
+
+def test_a_rules_signature_is_checked_as_a_gates(db):
+    with pytest.raises(SpecError, match="rule 1: signature must be"):
+        store_spec({"name": "bad", "steps": [{"key": "qa", "approval": {"rules": [
+            {"group": "qa", "signature": {"meaning": ""}}]}}]})

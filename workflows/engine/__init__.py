@@ -28,6 +28,7 @@ from .gates import (
     reassign_gate,
     reject,
     remind_gate,
+    signature_meaning,
 )
 from .moves import require_operator
 from .rows import claimable_exists
@@ -72,6 +73,7 @@ __all__ = [
     "release_unstarted",
     "remind_gate",
     "renew_leases",
-    "require_operator", "reschedule", "retry_delay", "retry_step", "skip_step", "start_step",
+    "require_operator", "reschedule", "retry_delay", "retry_step", "signature_meaning",
+    "skip_step", "start_step",
     "transition_committed", "transition_recording",
 ]

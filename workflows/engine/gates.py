@@ -57,11 +57,18 @@ class Signature:
     method: str  # "password" or "passkey"
 
 
-def _signed(step: Step, user, signature: Signature | None, decision: str, comment: str,
+def signature_meaning(step: Step, rule) -> str:
+    """What signing a decision toward `rule` of this gate means ("" when it is not signed):
+    the rule's own `signature`, else the gate's."""
+    return (getattr(rule, "signature_meaning", "")
+            or step.config.get("approval", {}).get("signature", {}).get("meaning", ""))
+
+
+def _signed(step: Step, rule, user, signature: Signature | None, decision: str, comment: str,
             values: dict, now) -> dict:
-    """What a gate with approval.signature records of a decision ({} for other gates), or
-    NotPermitted when no fresh proof of this person came with it."""
-    meaning = step.config.get("approval", {}).get("signature", {}).get("meaning")
+    """What a signed gate (or rule) records of a decision ({} for others), or NotPermitted
+    when no fresh proof of this person came with it."""
+    meaning = signature_meaning(step, rule)
     if not meaning:
         return {}
     if signature is None or signature.user_id != user.pk:
@@ -127,7 +134,7 @@ def _record_decision(step: Step, user, decision: str, comment: str,
     """Insert the decision now: the unique (step, attempt, user) is the last word on a
     second decision racing in. Returns what its signature recorded ({} if none)."""
     now = clock.now()
-    signed = _signed(step, user, signature, decision, comment, values or {}, now)
+    signed = _signed(step, rule, user, signature, decision, comment, values or {}, now)
     waited = (now - step.waiting_since).total_seconds() if step.waiting_since else None
     with sql.cursor() as cursor:
         cursor.execute(*APPROVAL.insert(APPROVAL_COLUMNS, [(

@@ -54,7 +54,8 @@ def matched_rules(gate: Step) -> list[GateRule]:
         rows.append(GateRule(step=gate, attempt=gate.attempt, position=position,
                              order=rule.get("order", 0), label=label[:200], group=group,
                              user_id=user_id, required=rule.get("required", 1),
-                             allow_self_approval=rule.get("allow_self_approval", False)))
+                             allow_self_approval=rule.get("allow_self_approval", False),
+                             signature_meaning=rule.get("signature", {}).get("meaning", "")))
     return rows
 
 

@@ -27,6 +27,10 @@ class GateRule(models.Model):
                              on_delete=models.PROTECT, related_name="+")
     required = models.PositiveIntegerField(default=1)
     allow_self_approval = models.BooleanField(default=False)
+    # What a decision toward this rule means when signed (its spec's `signature`; a gate's
+    # own applies to every rule): blank, unsigned unless the gate asks.
+    signature_meaning = models.CharField(max_length=200, blank=True, default="",
+                                         db_default="")
     approvals = models.PositiveIntegerField(default=0)
     rejections = models.PositiveIntegerField(default=0)
     open = models.BooleanField(default=False)

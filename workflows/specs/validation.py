@@ -40,7 +40,8 @@ APPROVAL_FIELDS = {
     "form", "remind_after_seconds", "remind_every_seconds", "rules", "reject", "signature",
 }
 # One approval rule: who (a group, or the requester's manager), how many, when, in which stage.
-RULE_FIELDS = {"when", "group", "manager", "required", "allow_self_approval", "order", "label"}
+RULE_FIELDS = {"when", "group", "manager", "required", "allow_self_approval", "order", "label",
+               "signature"}
 REJECT_POLICIES = ("any", "quorum")
 RULES_LIMIT = 20
 # A step's `when`: where to look (shared state or params, a dotted path) and one test.
@@ -324,13 +325,7 @@ def _validate_approval(where: str, approval) -> dict:
     if on_timeout == "escalate" and not approval.get("escalate_to"):
         _fail(where, "on_timeout 'escalate' needs escalate_to (a group name)")
     if "signature" in approval:
-        signature = approval["signature"]
-        meaning = signature.get("meaning") if isinstance(signature, dict) else None
-        if (not isinstance(meaning, str) or not meaning.strip() or len(meaning) > 200
-                or set(signature) != {"meaning"}):
-            _fail(where, 'signature must be {"meaning": "what signing it means"}, the meaning '
-                         '1 to 200 characters, e.g. {"meaning": "Approved for release"}')
-        normal["signature"] = {"meaning": meaning.strip()}
+        normal["signature"] = _validate_signature(where, approval["signature"])
     if "form" in approval:
         try:
             normal["form"] = check_fields(approval["form"], f"{where} form field")
@@ -339,6 +334,16 @@ def _validate_approval(where: str, approval) -> dict:
         if not normal["form"]:
             _fail(where, "form has no fields")
     return normal
+
+
+def _validate_signature(where: str, signature) -> dict:
+    """A gate's or a rule's `signature`: what signing a decision on it means."""
+    meaning = signature.get("meaning") if isinstance(signature, dict) else None
+    if (not isinstance(meaning, str) or not meaning.strip() or len(meaning) > 200
+            or set(signature) != {"meaning"}):
+        _fail(where, 'signature must be {"meaning": "what signing it means"}, the meaning '
+                     '1 to 200 characters, e.g. {"meaning": "Approved for release"}')
+    return {"meaning": meaning.strip()}
 
 
 def _validate_rule(where: str, rule, *, plain: bool = False) -> dict:
@@ -372,6 +377,8 @@ def _validate_rule(where: str, rule, *, plain: bool = False) -> dict:
         normal["label"] = rule.get("label") or ("the requester's manager" if manager else group)
     if "when" in rule:
         normal["when"] = _validate_when(f"{where} when", rule["when"])
+    if "signature" in rule:
+        normal["signature"] = _validate_signature(where, rule["signature"])
     return normal
 
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 from django.contrib.auth import get_user_model
 from django.db.models import Count, F, Q
 
-from workflows import briefs
+from workflows import briefs, engine
 from workflows.briefs import (  # noqa: F401  (the card's read model, named here too)
     VALUE_CHARS,
     approvals_of_attempt,
@@ -27,7 +27,7 @@ from workflows.briefs import (  # noqa: F401  (the card's read model, named here
     trail_entry,
 )
 from workflows.models import GateRule, Notification, Step
-from workflows.permissions import decidable_by, named_in_rules
+from workflows.permissions import decidable_by, deciding_rule, named_in_rules
 from workflows.web.forms import gate_form
 
 # The inbox shows this many gates, the oldest first: a page that stays quick whatever the
@@ -75,7 +75,17 @@ def inbox_gates(user, view: dict | None = None) -> list:
         "run", "run__spec", "run__goal", "run__requested_by",
         "run__parent_step")[:INBOX_LIMIT]))
     audiences(gates, user)
+    signing(gates, user)
     return gates
+
+
+def signing(gates: list, user) -> None:
+    """Set each gate's `signing`: what signing this user's decision on it means, for the
+    rule it would count toward ("" when unsigned). No query (the rules are read)."""
+    for gate in gates:
+        rule = deciding_rule(user, gate.run, gate, rules=gate.rules,
+                             decided=decided_people(getattr(gate, "decisions", [])))
+        gate.signing = engine.signature_meaning(gate, rule)
 
 
 def audiences(gates: list, user) -> None:

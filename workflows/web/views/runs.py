@@ -33,6 +33,7 @@ from workflows.permissions import (
     can_skip,
     decidable_by,
     decide_refusal,
+    deciding_rule,
     readable_runs,
 )
 from workflows.recovery.recover import recover_run
@@ -109,6 +110,9 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
                 step.form = gate_form(step)
         step.can_decide = step.pk in rules and step.pk not in decided and decide_refusal(
             user, run, step, rules=step.rules, decided=cards.decided_people(current)) is None
+        if step.can_decide:  # what signing it means, for the rule this person decides on
+            step.signing = engine.signature_meaning(step, deciding_rule(
+                user, run, step, rules=step.rules, decided=cards.decided_people(current)))
         # What the page's poller compares: a row whose version moved is sent again.
         step.version = f"{step.attempt}.{len(step.decisions)}.{step.updated_at.timestamp()}"
         step.can_retry = can_retry(user, run, step)
