@@ -85,8 +85,10 @@ class FileVersions:
             db.execute("PRAGMA synchronous=OFF")  # a lost version is a miss, never a loss
             db.execute("CREATE TABLE IF NOT EXISTS versions (key TEXT PRIMARY KEY, "
                        "value TEXT NOT NULL, at REAL NOT NULL)")
-            self.local.db, self.local.pid = db, os.getpid()
-            self.local.inode = os.stat(self.path).st_ino
+            # The identity as seen before connecting: had the file been replaced since, the
+            # next check finds it differs and connects again (a stat taken after connecting
+            # could name a new file while the connection reads the old one, forever).
+            self.local.db, self.local.pid, self.local.inode = db, os.getpid(), inode
         return db
 
     def read(self, keys: list[str]) -> list[str]:

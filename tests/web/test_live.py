@@ -228,3 +228,34 @@ def test_the_transitions_of_one_transaction_ring_once_together(
     with django_capture_on_commit_callbacks(execute=True):
         batches.record_many(reports)
     assert rung == [keys, keys]
+
+
+def test_a_versions_file_replaced_as_it_is_opened_is_not_read_as_it_was(tmp_path, monkeypatch):
+    """The file replaced just after the connection opened it: the connection reads the old
+    file, so the identity kept must be the one seen before connecting (the next read then
+    finds the new file), not a later look that names the new one."""
+    import os
+    import sqlite3
+
+    path = str(tmp_path / "versions.sqlite3")
+    live.FileVersions(path).write(["r:1"], "old")
+    store = live.FileVersions(path)
+    connect, stat, opened = sqlite3.connect, os.stat, []
+
+    def connecting(*args, **kwargs):
+        opened.append(True)
+        return connect(*args, **kwargs)
+
+    def looking(name, *args, **kwargs):
+        if opened and name == path:  # the first look at the path since it was opened
+            opened.clear()
+            os.replace(path, path + ".away")
+            with connect(path) as fresh:
+                fresh.execute("CREATE TABLE versions (key TEXT PRIMARY KEY, value TEXT, at REAL)")
+                fresh.execute("INSERT INTO versions VALUES ('r:1', 'new', 0)")
+        return stat(name, *args, **kwargs)
+
+    monkeypatch.setattr(live.sqlite3, "connect", connecting)
+    monkeypatch.setattr(live.os, "stat", looking)
+    store.read(["r:1"])
+    assert store.read(["r:1"]) == ["new"]
