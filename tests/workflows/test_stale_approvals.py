@@ -86,3 +86,39 @@ def test_a_decision_from_a_page_drawn_before_the_change_is_refused(gated, people
     assert f'name="evidence_digest" value="{fresh}"' in page
     bob.post(f"/runs/{gated.pk}/steps/qa/approve/", {"via": "web", "evidence_digest": fresh})
     assert Approval.objects.get().evidence_digest == fresh
+
+
+def test_the_card_and_a_late_page_say_what_changed(gated, people):
+    bob, carol = Client(), Client()
+    bob.force_login(people["bob"])
+    carol.force_login(people["carol"])
+    seen = state(gated).evidence_digest
+    engine.approve(gated, "qa", user=people["bob"])
+    engine.record_transition(gated, "notes", actor="agent", step_status="running",
+                             state_patch={"artifact": "b.tgz"})
+    why = "Approvals by bob went stale: artifact changed after they decided (attempt 1)."
+    assert state(gated).last_summary == why
+    assert f"Attempt 2. <bdi>{why}</bdi>" in bob.get("/").content.decode()
+    answer = carol.post(f"/runs/{gated.pk}/steps/qa/approve/",
+                        {"via": "web", "evidence_digest": seen}, HTTP_HX_REQUEST="true")
+    assert why in answer.content.decode()
+    assert not Approval.objects.filter(user=people["carol"]).exists()
+
+
+def test_the_api_shows_the_digest_and_refuses_a_decision_on_an_older_one(gated, people):
+    from tests.api.conftest import Api
+
+    api = Api(people["bob"])
+    [gate] = [s for s in api.get(f"/api/runs/{gated.pk}").json()["steps"] if s["key"] == "qa"]
+    seen = gate["evidence_digest"]
+    assert seen == state(gated).evidence_digest and len(seen) == 64
+    engine.record_transition(gated, "notes", actor="agent", step_status="running",
+                             state_patch={"artifact": "b.tgz"})
+    late = api.post(f"/api/runs/{gated.pk}/steps/qa/approve", {"seen": seen})
+    assert late.status_code == 409 and "changed after" in late.json()["error"]
+    late = api.post(f"/api/runs/{gated.pk}/steps/qa/reject", {"comment": "no", "seen": seen})
+    assert late.status_code == 409
+    assert not Approval.objects.exists()
+    fresh = api.post(f"/api/runs/{gated.pk}/steps/qa/approve",
+                     {"seen": state(gated).evidence_digest})
+    assert fresh.status_code == 200 and Approval.objects.get().user == people["bob"]

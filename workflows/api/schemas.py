@@ -49,6 +49,10 @@ class StepOut(Schema):
     started_at: datetime | None
     finished_at: datetime | None
     last_summary: str
+    evidence_digest: str = Field(
+        "", description="a waiting gate's digest of what its approvers decide on (params, "
+                        "shared state, spec version, the gate's spec); send it back as "
+                        "`seen` when deciding")
     child_run: int | None = Field(None, description="the run a workflow step opened and "
                                                     "waits for (its current attempt's)")
 

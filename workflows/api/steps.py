@@ -19,12 +19,18 @@ class SkipIn(Input):
     reason: str = Field(min_length=1, max_length=500)
 
 
+SEEN = ("the gate's evidence_digest as you read it (GET the run): if what its approvers "
+        "decide on changed since, the decision is refused with 409 and nothing is recorded")
+
+
 class DecisionIn(Input):
     comment: str = Field("", max_length=5000)
+    seen: str = Field("", max_length=64, description=SEEN)
 
 
 class RejectIn(Input):
     comment: str = Field(min_length=1, max_length=5000, description="why: required to reject")
+    seen: str = Field("", max_length=64, description=SEEN)
 
 
 class ApproveIn(DecisionIn):
@@ -40,7 +46,8 @@ DECIDE = {200: RunOut, 400: Error, 401: Error, 403: Error, 404: Error, 409: Erro
 def approve(request, run_id: Id, key: Key, payload: ApproveIn | None = None):
     engine.approve(get_run(request, run_id), key, user=request.user,
                    comment=payload.comment if payload else "",
-                   values=payload.values if payload else None, channel=Channel.API)
+                   values=payload.values if payload else None, channel=Channel.API,
+                   seen=payload.seen if payload else "")
     return fresh_run(request, run_id)
 
 
@@ -48,7 +55,7 @@ def approve(request, run_id: Id, key: Key, payload: ApproveIn | None = None):
           summary="Reject a gate (a comment is required)")
 def reject(request, run_id: Id, key: Key, payload: RejectIn):
     engine.reject(get_run(request, run_id), key, user=request.user, comment=payload.comment,
-                  channel=Channel.API)
+                  channel=Channel.API, seen=payload.seen)
     return fresh_run(request, run_id)
 
 

@@ -140,6 +140,11 @@ def _stale_approvals(state: RunState, frontier, failed, now) -> dict:
             gate.attempt += 1
             open_gate(gate, now)
             gate.deadline_at = deadline
+            # What the card and the API say of this attempt: why it began.
+            gate.last_summary = (
+                f"Approvals by {', '.join(decided)} went stale: "
+                f"{', '.join(changed) or 'the evidence'} changed after they decided "
+                f"(attempt {gate.attempt - 1}).")[:500]
             found[gate.key] = {"stale": decided, "changed": changed}
         else:  # nobody has decided on the old evidence (or the gate predates digests)
             gate.evidence_digest = digest

@@ -181,9 +181,10 @@ def _as_seen(step: Step, seen: str) -> None:
     (`seen`): if the evidence changed since, the decision is refused, not recorded on what
     the person did not see."""
     if seen and seen != step.evidence_digest:
+        what = (f" {step.last_summary}" if step.attempt > 1 and step.last_summary else "")
         raise IllegalTransition(
             f"{step.title} changed after your page showed it (the run's values or outputs "
-            "moved on): nothing was decided. Look again at what it shows now.")
+            f"moved on): nothing was decided.{what} Look again at what it shows now.")
 
 
 def approve(run, key: str, *, user, comment: str = "", values: dict | None = None,
