@@ -346,6 +346,10 @@ TOLLGATE_KEEP_OUTBOX_DAYS = float(os.environ.get("TOLLGATE_KEEP_OUTBOX_DAYS", "7
 TOLLGATE_AUDIT_KEY_FILE = os.environ.get("TOLLGATE_AUDIT_KEY_FILE",
                                          str(VAR_DIR / "audit-key.pem"))
 TOLLGATE_AUDIT_SEAL_SECONDS = float(os.environ.get("TOLLGATE_AUDIT_SEAL_SECONDS", "600"))
+# An RFC 3161 timestamp authority for the seal chain (its URL; off when empty), and the PEM
+# file of the root certificate(s) its answers must chain to (required with the URL).
+TOLLGATE_AUDIT_TSA_URL = os.environ.get("TOLLGATE_AUDIT_TSA_URL", "")
+TOLLGATE_AUDIT_TSA_CA_FILE = os.environ.get("TOLLGATE_AUDIT_TSA_CA_FILE", "")
 # OpenTelemetry tracing (the otel extra): requests and worker attempts as spans, sent to the
 # OTLP endpoint OTEL_EXPORTER_OTLP_ENDPOINT names.
 TOLLGATE_OTEL = env_bool("TOLLGATE_OTEL", False)

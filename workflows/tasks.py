@@ -14,7 +14,7 @@ from huey.consumer import Scheduler
 from huey.contrib.djhuey import db_periodic_task, db_task, on_startup, task
 
 from goals.rollup import fold_days, fold_tallies
-from workflows.audit import seals
+from workflows.audit import seals, timestamps
 from workflows.chat import interactions, slack
 from workflows.delivery import dispatch, notifications, outbox, webhooks
 from workflows.ops import retention
@@ -115,8 +115,13 @@ def every_seal(_now) -> bool:
 
 @db_periodic_task(every_seal, priority=PERIODIC_PRIORITY)
 def seal_audit_chains() -> None:
+    """Seal the chains that moved, then (with TOLLGATE_AUDIT_TSA_URL) have the newest seal
+    timestamped; an authority that does not answer fails this run of the task (the
+    workers page and tollgate_periodic_failed say so) and is asked again next time."""
     with presence.periodic("seal_audit_chains"):
         seals.seal()
+        if timestamps.enabled():
+            timestamps.stamp()
 
 
 @db_task()

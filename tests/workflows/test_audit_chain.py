@@ -35,16 +35,17 @@ def raw(sql: str, params=()) -> None:
     (PostgreSQL: replication role; SQLite: the trigger dropped, then made again)."""
     from importlib import import_module
 
-    triggers = import_module("workflows.migrations.0044_append_only_audit")
+    triggers = [import_module("workflows.migrations.0044_append_only_audit"),
+                import_module("workflows.migrations.0050_audit_timestamps")]
     with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute("SET LOCAL session_replication_role = replica")
             cursor.execute(sql, params)
             return
-        for statement in triggers.SQLITE_DROP:
+        for statement in [s for module in triggers for s in module.SQLITE_DROP]:
             cursor.execute(statement)
         cursor.execute(sql, params)
-        for statement in triggers.SQLITE:
+        for statement in [s for module in triggers for s in module.SQLITE]:
             cursor.execute(statement)
 
 
@@ -79,7 +80,7 @@ def test_every_transition_extends_its_runs_chain(decided, capsys):
     decided.refresh_from_db()
     assert decided.chain_head == rows[-1].hash
     call_command("verify_audit")
-    assert "every chain and seal holds" in capsys.readouterr().out
+    assert "every chain, seal and timestamp holds" in capsys.readouterr().out
 
 
 def test_a_summary_rewritten_by_sql_is_named(decided):
@@ -267,3 +268,92 @@ def test_the_workers_page_and_the_metrics_say_what_the_last_check_found(decided,
         call_command("verify_audit")
     assert f"run {decided.pk} seq 1" in PeriodicRun.objects.get(name="verify_audit").last_error
     assert b'tollgate_periodic_failed{task="verify_audit"} 1.0' in scrape()
+
+
+@pytest.fixture
+def authority(settings, tmp_path):
+    """A local RFC 3161 authority (openssl ts), the seal task pointed at it."""
+    from ..support.tsa import LocalAuthority
+
+    local = LocalAuthority(tmp_path)
+    settings.TOLLGATE_AUDIT_TSA_URL = local.url
+    settings.TOLLGATE_AUDIT_TSA_CA_FILE = local.ca_file
+    yield local
+    local.stop()
+
+
+def test_the_newest_seal_is_timestamped_by_the_authority(decided, authority, tmp_path):
+    """The token is the authority's own answer: openssl verifies it without Tollgate."""
+    import hashlib
+
+    from workflows.audit import timestamps
+    from workflows.models import AuditTimestamp
+
+    seals.seal()
+    stamped = timestamps.stamp()
+    newest = AuditSeal.objects.get()
+    assert (stamped.seal_digest, stamped.seal_id) == (newest.digest, newest.pk)
+    assert timestamps.stamp() is None and authority.requests == 1  # stamped already
+    verdict = verify()
+    assert verdict.ok and verdict.timestamps == 1
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), \
+            connection.cursor() as cursor:
+        cursor.execute("UPDATE workflows_audittimestamp SET authority = 'elsewhere'")
+    token = tmp_path / "token.tsr"
+    token.write_bytes(bytes(AuditTimestamp.objects.get().token))
+    checked = subprocess.run(
+        ["openssl", "ts", "-verify", "-digest",
+         hashlib.sha256(newest.digest.encode()).hexdigest(), "-sha256", "-in", str(token),
+         "-CAfile", authority.ca_file], capture_output=True, text=True)
+    assert checked.returncode == 0 and "Verification: OK" in checked.stdout
+
+
+def test_a_key_holder_who_rewrites_and_seals_again_is_found_by_the_timestamp(decided,
+                                                                              authority):
+    """Someone with the signing key rewrites a chain, deletes the seals and signs new ones:
+    the seals all verify, and the authority's timestamp names a seal no longer there."""
+    from workflows.audit import timestamps
+
+    seals.seal()
+    timestamps.stamp()
+    rewrite_from(decided, 2, "nothing to see")
+    raw("DELETE FROM workflows_auditseal")
+    assert seals.seal() == 1
+    found = verify().problems
+    assert len(found) == 1 and "no longer in the chain (the seals were rewritten)" in found[0][2]
+
+
+def test_an_answer_for_something_else_or_a_forged_token_does_not_hold(decided, authority):
+    from workflows.audit import timestamps
+    from workflows.models import AuditTimestamp
+
+    seals.seal()
+    authority.tampered = True
+    with pytest.raises(timestamps.NotStamped, match="timestamps something other"):
+        timestamps.stamp()
+    assert not AuditTimestamp.objects.exists()
+    authority.tampered = False
+    timestamps.stamp()
+    raw("UPDATE workflows_audittimestamp SET token = %s", [b"\x30\x03\x02\x01\x00"])
+    assert "not a timestamp authority's answer" in verify().problems[0][2]
+
+
+def test_an_authority_away_keeps_nothing_and_says_so(decided, settings):
+    from workflows.audit import timestamps
+    from workflows.models import AuditTimestamp
+
+    from ..support.processes import free_port
+
+    settings.TOLLGATE_AUDIT_TSA_URL = f"http://127.0.0.1:{free_port()}/tsr"
+    seals.seal()
+    with pytest.raises(timestamps.NotStamped, match="did not answer"):
+        timestamps.stamp()
+    assert not AuditTimestamp.objects.exists()
+
+
+def test_an_authority_without_roots_to_check_it_is_a_configuration_error(settings):
+    from workflows.ops.checks import audit_timestamps
+
+    settings.TOLLGATE_AUDIT_TSA_URL = "https://tsa.example/tsr"
+    settings.TOLLGATE_AUDIT_TSA_CA_FILE = ""
+    assert [e.id for e in audit_timestamps(None)] == ["tollgate.E005"]

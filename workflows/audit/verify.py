@@ -1,12 +1,14 @@
-"""Verify every run's chain in the database, and the seals over them (manage.py
-verify_audit), a chunk at a time."""
+"""Verify every run's chain in the database, the seals over them and the timestamps over
+the seals (manage.py verify_audit), a chunk at a time."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..models import AuditSeal, Checkpoint, Run
-from . import chain, seals
+from django.conf import settings
+
+from ..models import AuditSeal, AuditTimestamp, Checkpoint, Run
+from . import chain, seals, timestamps
 
 CHUNK = 5000
 
@@ -16,6 +18,7 @@ class Verdict:
     runs: int = 0
     checkpoints: int = 0
     seals: int = 0
+    timestamps: int = 0
     problems: list[tuple[int, int, str]] = field(default_factory=list)
 
     @property
@@ -43,7 +46,26 @@ def verify(run_ids=None) -> Verdict:
 
     verdict.problems = list(chain.problems(counted(), heads))
     verdict.problems += _seal_problems(verdict, run_ids)
+    if run_ids is None:  # the timestamps vouch for the whole seal chain, not for one run
+        verdict.problems += _timestamp_problems(verdict)
     return verdict
+
+
+def _timestamp_problems(verdict: Verdict) -> list[tuple[int, int, str]]:
+    """Each timestamp's answer holds and its seal is still in the chain, named by the run
+    and seq that seal was of."""
+    digests = list(AuditTimestamp.objects.values_list("seal_digest", flat=True))
+    verdict.timestamps = len(digests)
+    if digests and not settings.TOLLGATE_AUDIT_TSA_CA_FILE:
+        return [(0, 0, "the seal chain has timestamps, and no TOLLGATE_AUDIT_TSA_CA_FILE "
+                       "to check them with")]
+    sealed = {}
+    for start in range(0, len(digests), CHUNK):
+        sealed.update((row.digest, row) for row in AuditSeal.objects.filter(
+            digest__in=digests[start:start + CHUNK]))
+    by_id = {row.pk: row for row in sealed.values()}
+    return [(by_id[pk].run_id if pk in by_id else 0, by_id[pk].seq if pk in by_id else 0,
+             what) for pk, what in timestamps.problems(sealed)]
 
 
 def _seal_problems(verdict: Verdict, run_ids) -> list[tuple[int, int, str]]:

@@ -22,6 +22,7 @@ from .delivery import (  # noqa: F401
 from .gates import GateRule  # noqa: F401
 from .operations import (  # noqa: F401
     AuditSeal,
+    AuditTimestamp,
     PeriodicRun,
     Worker,
 )

@@ -66,3 +66,22 @@ class AuditSeal(models.Model):
 
     def __str__(self) -> str:
         return f"seal of run {self.run_id} at #{self.seq}"
+
+
+class AuditTimestamp(models.Model):
+    """An RFC 3161 timestamp of the seal chain (workflows.audit.timestamps): an outside
+    authority signed that the seal whose digest is `seal_digest` (and so, through each
+    seal's `prev`, every seal before it) existed at `at`. `token` is the authority's whole
+    answer (DER), verifiable without Tollgate."""
+
+    seal_digest = models.CharField(max_length=64, unique=True)
+    seal_id = models.BigIntegerField()
+    at = models.DateTimeField(help_text="The time the authority signed (its genTime).")
+    token = models.BinaryField()
+    authority = models.CharField(max_length=300)
+
+    class Meta:
+        ordering = ["seal_id"]
+
+    def __str__(self) -> str:
+        return f"timestamp of seal {self.seal_id} at {self.at:%Y-%m-%d %H:%M:%S}"

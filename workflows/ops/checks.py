@@ -91,3 +91,23 @@ def audit_key(app_configs, **kwargs):
         return [Error(f"TOLLGATE_AUDIT_KEY_FILE {path!r} cannot be used: {exc}",
                       id="tollgate.E004")]
     return []
+
+
+@register(Tags.security)
+def audit_timestamps(app_configs, **kwargs):
+    """A timestamp authority's answers are worth only as much as the roots they chain to."""
+    if not settings.TOLLGATE_AUDIT_TSA_URL:
+        return []
+    path = settings.TOLLGATE_AUDIT_TSA_CA_FILE
+    try:
+        from cryptography import x509
+
+        with open(path, "rb") as handle:
+            if not x509.load_pem_x509_certificates(handle.read()):
+                raise ValueError("it holds no certificate")
+    except (OSError, ValueError) as exc:
+        return [Error(f"TOLLGATE_AUDIT_TSA_URL is set, and TOLLGATE_AUDIT_TSA_CA_FILE "
+                      f"{path!r} holds no root certificate to check its answers with: {exc}",
+                      hint="Name the PEM file of the timestamp authority's root "
+                           "certificate(s).", id="tollgate.E005")]
+    return []
