@@ -202,3 +202,32 @@ def test_the_provider_lends_no_identity_it_does_not_vouch_for(oidc_provider, pag
     assert not SsoIdentity.objects.filter(subject="evil").exists()
     page.goto("/admin/")
     assert "/login/" in page.url
+
+
+def test_a_signed_gate_is_signed_by_signing_in_again_at_the_provider(oidc_provider, page):
+    """Someone with no password signs by signing in again at the provider: its login page
+    comes back (max_age=0) even though its session is fresh, and the decision, kept
+    meanwhile, is made on return, signed "sign-on"."""
+    from workflows.models import Approval
+
+    spec = store_spec({"name": "signed", "steps": [{"key": "qa", "title": "Release sign-off",
+                                                      "approval": {"group": "qa", "signature": {
+                                                          "meaning": "Approved for release"}}}]})[0]
+    requester = make_user("rita", perms=("add_run",))
+    engine.open_run(spec, actor=requester, title="Release 8")
+    oidc_provider.set_users({"ann": {"email": "ann@acme.test", "groups": ["qa"],
+                                     "given_name": "Ann", "family_name": "Lee"}})
+    page.goto("/")
+    sign_in_at_provider(page, "ann")
+    back_at_tollgate(page)
+    page.goto("/")
+    page.get_by_label("Approval comment for Release sign-off").fill("notes checked")
+    page.click("button:has-text('or sign in again at Acme')")
+    page.wait_for_selector("input[name=login]")  # the provider asks again
+    page.fill("input[name=login]", "ann")
+    page.fill("input[name=password]", "the provider checks this, not Tollgate")
+    page.click("button:has-text('Sign-in')")
+    page.wait_for_selector("text=You approved Release sign-off")
+    approval = Approval.objects.get()
+    assert (approval.user.username, approval.signature_method, approval.signer_name,
+            approval.comment) == ("ann", "sign-on", "Ann Lee", "notes checked")

@@ -22,6 +22,7 @@ from joserfc.errors import JoseError
 
 from . import provider
 from .accounts import SignInRefused, password_allowed, sign_in_user
+from .middleware import FRESH_SIGN_IN
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ ID_TOKEN = "tollgate_sso_id_token"
 # whether the round trip under way is such a check (prompt=none: no page at the provider).
 CHECKED_AT = "tollgate_sso_checked_at"
 RECHECK = "tollgate_sso_recheck"
+SIGNING = "tollgate_sso_signing"  # the round trip under way is a fresh sign-in (sign)
 
 # What a provider's answer can fail with: its error, a token that does not verify or does
 # not parse, a network failure, a malformed document.
@@ -83,6 +85,36 @@ def sign_in(request):
                                                 **extra)
 
 
+@require_GET
+def sign(request):
+    """Off to the provider to sign in again, now (max_age=0, and prompt=login for the
+    providers that ignore it), coming back to `next`: a page that asks for a fresh proof
+    of who this is (a decision waiting for its signature) reads it from FRESH_SIGN_IN."""
+    if not provider.enabled():
+        raise Http404("Single sign-on is not set up.")
+    request.session[NEXT] = request.GET.get("next", "")
+    request.session[SIGNING] = True
+    request.session.pop(FRESH_SIGN_IN, None)
+    return provider.client().authorize_redirect(
+        request, _absolute(request, "sso_callback"), max_age=0, prompt="login")
+
+
+def _fresh(request, client) -> None:
+    """The provider's answer to a round trip for a fresh sign-in: kept (FRESH_SIGN_IN, with
+    the ID token's auth_time) only if it vouches for the same person."""
+    try:
+        token = client.authorize_access_token(request)
+        claims = provider_claims(client, token)
+    except (*TOKEN_ERRORS, SignInRefused) as exc:
+        log.warning("A fresh sign-in at the provider did not complete: %s", exc)
+        return
+    auth_time = claims.get("auth_time")
+    if (_same_person(request, claims) and isinstance(auth_time, (int, float))
+            and not isinstance(auth_time, bool)):
+        request.session[FRESH_SIGN_IN] = {"user": request.user.pk,
+                                          "auth_time": float(auth_time)}
+
+
 def _refused(request, problem: str, status: int = 400):
     form = auth_views.AuthenticationForm(request)
     return render(request, "registration/login.html", {
@@ -123,6 +155,9 @@ def callback(request):
     if not provider.enabled():
         raise Http404("Single sign-on is not set up.")
     client = provider.client()
+    if request.session.pop(SIGNING, False) and request.user.is_authenticated:
+        _fresh(request, client)  # the page it goes back to says what came of it
+        return redirect(_safe_next(request, request.session.pop(NEXT, "")))
     recheck = request.session.pop(RECHECK, False) and request.user.is_authenticated
     try:
         token = client.authorize_access_token(request)

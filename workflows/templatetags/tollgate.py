@@ -146,3 +146,17 @@ def has_passkey(user) -> bool:
     if not hasattr(user, "_has_passkey"):
         user._has_passkey = user.passkeys.exists()
     return user._has_passkey
+
+
+@register.filter
+def signs_on(user) -> str:
+    """The provider's name if this person can sign by signing in again there (sign-on set
+    up, and an identity of theirs at it), else "". One query per request, kept on the
+    request's user."""
+    from django.conf import settings
+
+    if not settings.TOLLGATE_OIDC_ISSUER or not getattr(user, "is_authenticated", False):
+        return ""
+    if not hasattr(user, "_signs_on"):
+        user._signs_on = user.sso_identities.exists()
+    return settings.TOLLGATE_OIDC_LABEL if user._signs_on else ""

@@ -1,14 +1,24 @@
 """A signature at the moment of deciding, asked for by the page: the person's password,
 re-entered and checked as a sign-in is (django-axes counts a wrong one and locks the account
-out after TOLLGATE_LOGIN_FAILURES, as it would a sign-in), or one of their passkeys signing
-the very decision the form posts (workflows.web.passkeys)."""
+out after TOLLGATE_LOGIN_FAILURES, as it would a sign-in), one of their passkeys signing
+the very decision the form posts (workflows.web.passkeys), or a sign-in made again at the
+company's provider for it (the decision waits in the session meanwhile)."""
 
 from __future__ import annotations
 
+import time
+from urllib.parse import urlencode
+
 from django.contrib.auth import authenticate
+from django.urls import reverse
 
 from workflows import engine
+from workflows.sso.middleware import FRESH_SIGN_IN
 from workflows.web import passkeys
+
+PENDING = "tollgate.signing.pending"  # the decision waiting for the provider's sign-in
+WAIT_SECONDS = 600  # a decision waits this long for its sign-in
+KEPT_FIELDS = ("via", "comment", "evidence_digest", "view", "next")
 
 
 def signature_from(request, run_id: int, key: str, decision: str) -> engine.Signature | None:
@@ -26,3 +36,37 @@ def signature_from(request, run_id: int, key: str, decision: str) -> engine.Sign
         raise engine.NotPermitted("That is not your password: nothing was decided. Wrong "
                                   "passwords count as failed sign-ins.")
     return engine.Signature(request.user.pk, "password")
+
+
+def await_sign_on(request, run_id: int, key: str, decision: str) -> str:
+    """Keep the decision the form posts until the person has signed in again at the
+    company's provider; where to send them for it."""
+    if not request.user.sso_identities.exists():
+        raise engine.NotPermitted("You do not sign in through the company's provider: sign "
+                                  "with your password or a passkey.")
+    if decision == "reject" and not request.POST.get("comment", "").strip():
+        raise engine.InvalidInput("A comment is required to reject: nothing was decided.")
+    fields = {name: value for name, value in request.POST.items()
+              if name in KEPT_FIELDS or name.startswith("field_")}
+    request.session[PENDING] = {"run": run_id, "key": key, "decision": decision,
+                                "fields": fields, "at": time.time()}
+    return f"{reverse('sso_sign')}?{urlencode({'next': reverse('sign_complete')})}"
+
+
+def signed_on(request) -> tuple[dict, engine.Signature]:
+    """The waiting decision and its signature, each used once. NotPermitted unless the
+    provider vouched for this person with a sign-in made after the decision was asked for."""
+    waiting = request.session.pop(PENDING, None)
+    fresh = request.session.pop(FRESH_SIGN_IN, None)
+    if not waiting or time.time() - waiting["at"] > WAIT_SECONDS:
+        raise engine.NotPermitted("No decision is waiting for a signature (or it waited "
+                                  "too long): decide again.")
+    if not fresh or fresh["user"] != request.user.pk:
+        raise engine.NotPermitted("The company's provider did not vouch for you: nothing "
+                                  "was decided.")
+    # The provider's clock and this one may differ a little; a sign-in older than the
+    # decision by more was not made for it (a provider that ignored max_age=0).
+    if fresh["auth_time"] < waiting["at"] - 30:
+        raise engine.NotPermitted("The provider did not ask you to sign in again (its "
+                                  "sign-in predates this decision): nothing was decided.")
+    return waiting, engine.Signature(request.user.pk, "sign-on")

@@ -27,6 +27,7 @@ urlpatterns = [
     path("runs/<int:pk>/steps/<str:key>/<str:action>/", runs.step_action, name="step_action"),
     path("runs/<int:pk>/steps/<str:key>/<str:action>/passkey/", runs.passkey_challenge,
          name="passkey_challenge"),
+    path("sign/complete/", runs.sign_complete, name="sign_complete"),
     path("chat/slack/interactions/", chat.slack_interactions, name="slack_interactions"),
     path("chat/link/<str:token>/", chat.chat_link, name="chat_link"),
 ]

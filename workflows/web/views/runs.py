@@ -37,9 +37,8 @@ from workflows.permissions import (
     readable_runs,
 )
 from workflows.recovery.recover import recover_run
-from workflows.web import cards, passkeys, polls
+from workflows.web import cards, passkeys, polls, signing
 from workflows.web.forms import gate_form, posted_values
-from workflows.web.signing import signature_from
 
 
 def _dag_order(steps: list) -> list:
@@ -236,6 +235,7 @@ def _respond(request, run_id: int, *, key: str = "",
                         .filter(run_id=run_id, key=key).first())
                 if gate is not None:
                     cards.gate_evidence([gate])
+                    cards.signing([gate], request.user)
                     if getattr(error, "errors", None):
                         gate.form = gate_form(gate, request.POST, errors=error.errors)
                 return render(request, "workflows/inbox.html#gate-card",
@@ -270,29 +270,39 @@ def _require_readable(request, pk: int) -> None:
 PAGE_CHANNELS = (Channel.WEB, Channel.RUN_PAGE, Channel.MAIL_LINK)
 
 
+def decide(request, pk: int, key: str, action: str, data, signature):
+    """Approve or reject from a page's form (`data`: its fields), as `request.user`."""
+    # Which page the button was on (inbox card, run page, or a mailed link's page), for the
+    # audit; the API, bulk and chat set theirs where they decide.
+    via = data.get("via", Channel.WEB)
+    via = via if via in PAGE_CHANNELS else Channel.WEB
+    comment, seen = data.get("comment", "").strip(), data.get("evidence_digest", "")
+    if action == "approve":
+        checkpoint = engine.approve(pk, key, user=request.user, comment=comment,
+                                    values=posted_values(data), posted=True, channel=via,
+                                    signature=signature, seen=seen)
+        return checkpoint, f"You approved {checkpoint.step.title}."
+    checkpoint = engine.reject(pk, key, user=request.user, comment=comment, channel=via,
+                               signature=signature, seen=seen)
+    return checkpoint, f"You rejected {checkpoint.step.title}."
+
+
 @require_POST
 def step_action(request, pk: int, key: str, action: str):
     _require_readable(request, pk)
     run = pk  # the engine locks and reads it; a run that does not exist is a 404 from there
     comment = request.POST.get("comment", "").strip()
-    # Which page the button was on (inbox card, run page, or a mailed link's page), for the
-    # audit; the API, bulk and chat set theirs where they decide.
-    via = request.POST.get("via", Channel.WEB)
-    via = via if via in PAGE_CHANNELS else Channel.WEB
     try:
-        if action == "approve":
-            checkpoint = engine.approve(run, key, user=request.user, comment=comment,
-                                        values=posted_values(request.POST), posted=True,
-                                        channel=via,
-                                        signature=signature_from(request, pk, key, action),
-                                        seen=request.POST.get("evidence_digest", ""))
-            done = f"You approved {checkpoint.step.title}."
-        elif action == "reject":
-            checkpoint = engine.reject(run, key, user=request.user, comment=comment,
-                                       channel=via,
-                                       signature=signature_from(request, pk, key, action),
-                                       seen=request.POST.get("evidence_digest", ""))
-            done = f"You rejected {checkpoint.step.title}."
+        if action in ("approve", "reject") and request.POST.get("sign_at_provider"):
+            # Signed by signing in again at the company's provider: the decision waits in
+            # the session and is made when the person comes back (signing.decide_signed).
+            target = signing.await_sign_on(request, pk, key, action)
+            if request.htmx:
+                return HttpResponse(headers={"HX-Redirect": target})
+            return redirect(target)
+        if action in ("approve", "reject"):
+            checkpoint, done = decide(request, pk, key, action, request.POST,
+                                      signing.signature_from(request, pk, key, action))
         elif action == "retry":
             checkpoint = engine.retry_step(run, key, actor=request.user)
             done = f"{checkpoint.step.title}: retry requested."
@@ -310,6 +320,25 @@ def step_action(request, pk: int, key: str, action: str):
     except engine.WorkflowError as exc:
         return _respond(request, pk, key=key, error=exc)
     return _respond(request, pk, key=key, done=done, checkpoint=checkpoint)
+
+
+@require_GET
+def sign_complete(request):
+    """Back from signing in again at the company's provider: the decision that waited for
+    it is made, signed "sign-on", or refused saying why."""
+    try:
+        waiting, signature = signing.signed_on(request)
+        _require_readable(request, waiting["run"])
+        checkpoint, done = decide(request, waiting["run"], waiting["key"],
+                                  waiting["decision"], waiting["fields"], signature)
+    except engine.WorkflowError as exc:
+        messages.error(request, str(exc))
+        return redirect("inbox")
+    messages.success(request, done)
+    target = waiting["fields"].get("next", "")
+    if not url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure()):
+        target = checkpoint.run.get_absolute_url()
+    return redirect(target)
 
 
 @require_POST

@@ -1,0 +1,140 @@
+"""Signing a decision by signing in again at the company's provider (for people who sign in
+only there): the decision waits in the session, the provider is asked for a sign-in made now
+(max_age=0, prompt=login), and it is made, signed "sign-on", only if the provider vouches for
+the same person with an auth_time after it was asked for. The provider here answers as told;
+tests/browser/test_sign_on.py goes through a real one."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.http import HttpResponseRedirect
+from django.test import Client
+
+from tests.conftest import make_user
+from workflows import engine
+from workflows.models import Approval, SsoIdentity
+from workflows.specs.storage import store_spec
+from workflows.sso import views
+
+pytestmark = pytest.mark.django_db
+
+ISSUER = "https://id.acme.test"
+MEANING = "Approved for release"
+
+
+class Provider:
+    """The provider's client as the sign-in views use it, answering as told."""
+
+    def __init__(self):
+        self.asked, self.claims = [], {}
+
+    def authorize_redirect(self, request, redirect_uri, **extra):
+        self.asked.append(extra)
+        return HttpResponseRedirect(f"{ISSUER}/auth")
+
+    def authorize_access_token(self, request):
+        return {"id_token": "x", "userinfo": {**self.claims, "groups": []}}
+
+    def userinfo(self, token):
+        return {}
+
+
+@pytest.fixture
+def provider(settings, monkeypatch):
+    settings.TOLLGATE_OIDC_ISSUER = ISSUER
+    settings.TOLLGATE_OIDC_LABEL = "Acme"
+    fake = Provider()
+    monkeypatch.setattr(views.provider, "client", lambda: fake)
+    return fake
+
+
+@pytest.fixture
+def sam(db):
+    """Someone who signs in only at the provider (no password), in qa."""
+    user = make_user("sam", "qa")
+    user.set_unusable_password()
+    user.save()
+    SsoIdentity.objects.create(user=user, issuer=ISSUER, subject="sam-sub",
+                               email="sam@acme.test", email_verified=True)
+    return user
+
+
+@pytest.fixture
+def gate(people):
+    spec = store_spec({"name": "signed", "steps": [
+        {"key": "qa", "approval": {"group": "qa", "signature": {"meaning": MEANING}}}]})[0]
+    return engine.open_run(spec, actor=people["alice"], title="Release 3").run
+
+
+def ask(client: Client, run, provider, decision="approve", **fields) -> None:
+    """Press "sign in again" on the card, and go to the provider."""
+    answer = client.post(f"/runs/{run.pk}/steps/qa/{decision}/",
+                         {"via": "web", "sign_at_provider": "1", **fields})
+    assert answer.status_code == 302 and answer["Location"].startswith("/sso/sign/")
+    assert client.get(answer["Location"])["Location"] == f"{ISSUER}/auth"
+    assert provider.asked[-1] == {"max_age": 0, "prompt": "login"}
+
+
+def back(client: Client, provider, **claims):
+    provider.claims = {"sub": "sam-sub", "email": "sam@acme.test", "email_verified": True,
+                       **claims}
+    return client.get("/sso/callback/?code=c&state=s", follow=True)
+
+
+def test_the_card_offers_it_only_to_those_who_sign_on(provider, sam, people, gate):
+    client = Client()
+    client.force_login(sam)
+    page = client.get("/").content.decode()
+    assert "or sign in again at Acme" in page and 'name="signature_password"' not in page
+    bob = Client()
+    bob.force_login(people["bob"])
+    assert "or sign in again at" not in bob.get("/").content.decode()
+    answer = bob.post(f"/runs/{gate.pk}/steps/qa/approve/", {"sign_at_provider": "1"},
+                      follow=True)
+    assert "do not sign in through the company" in answer.content.decode()
+
+
+def test_a_fresh_sign_in_at_the_provider_signs_the_waiting_decision(provider, sam, gate):
+    client = Client()
+    client.force_login(sam)
+    ask(client, gate, provider, comment="release notes read")
+    page = back(client, provider, auth_time=int(time.time()))
+    assert "You approved qa" in page.content.decode()
+    approval = Approval.objects.get()
+    assert (approval.user, approval.signature_meaning, approval.signature_method,
+            approval.comment) == (sam, MEANING, "sign-on", "release notes read")
+    again = client.get("/sign/complete/", follow=True)  # the signature is spent
+    assert "No decision is waiting" in again.content.decode()
+
+
+def test_a_sign_in_the_provider_did_not_make_afresh_signs_nothing(provider, sam, gate):
+    client = Client()
+    client.force_login(sam)
+    ask(client, gate, provider)
+    page = back(client, provider, auth_time=int(time.time()) - 3600)
+    assert "its sign-in predates this decision" in page.content.decode()
+    ask(client, gate, provider)
+    page = back(client, provider)  # no auth_time at all
+    assert "did not vouch for you" in page.content.decode()
+    assert not Approval.objects.exists()
+
+
+def test_another_person_coming_back_signs_nothing(provider, sam, gate, people):
+    SsoIdentity.objects.create(user=people["bob"], issuer=ISSUER, subject="bob-sub")
+    client = Client()
+    client.force_login(sam)
+    ask(client, gate, provider)
+    page = back(client, provider, sub="bob-sub", auth_time=int(time.time()))
+    assert "did not vouch for you" in page.content.decode()
+    assert not Approval.objects.exists()
+
+
+def test_a_rejection_needs_its_comment_before_going_anywhere(provider, sam, gate):
+    client = Client()
+    client.force_login(sam)
+    answer = client.post(f"/runs/{gate.pk}/steps/qa/reject/", {"sign_at_provider": "1"},
+                         HTTP_HX_REQUEST="true")
+    assert "A comment is required to reject" in answer.content.decode()
+    assert provider.asked == []
