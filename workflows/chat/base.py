@@ -14,7 +14,7 @@ class GateMessage:
     step_id: int
     attempt: int
     title: str
-    group: str
+    group: str  # whom it waits on now, in words ("qa", "dave (alice's manager)"); "" if nobody
     run_title: str
     run_url: str
     requested_by: str

@@ -77,8 +77,13 @@ def receive(chat, headers, body: bytes) -> tuple[dict | None, int | None]:
         gate is not None and gate.config.get("approval", {}).get("form"))
     if press.kind == "button" and needs_form and _waiting(gate, press):
         try:
-            chat.open_form(press, gate_message(gate))
-            _done(row, "form opened")
+            # Someone chat cannot match is told so (with the link) before filling in a
+            # form that could not be recorded.
+            if _who(chat, press) is None:
+                _done(row, "not linked")
+            else:
+                chat.open_form(press, gate_message(gate))
+                _done(row, "form opened")
         except Exception as exc:  # the platform away: the person presses again
             log.warning("Could not open the form for %s: %s", press, exc)
             _done(row, f"form not opened: {exc}"[:2000])
@@ -89,7 +94,9 @@ def receive(chat, headers, body: bytes) -> tuple[dict | None, int | None]:
     return None, row.pk
 
 
-def _decide(chat, press: Press) -> str:
+def _who(chat, press: Press):
+    """The Tollgate user a chat account acts as (linked, or matched now by the verified
+    e-mail sign-on gave), or None after telling the person, privately, how to link it."""
     identity = identities.find(chat.name, press.team, press.chat_user)
     email = "" if identity else chat.email_of(press.chat_user)
     identity = identity or identities.match_by_email(chat.name, press.team, press.chat_user,
@@ -101,6 +108,12 @@ def _decide(chat, press: Press) -> str:
                   "Tollgate does not know which of its users you are, so nothing was "
                   f"recorded. Open this link while signed in to Tollgate to link your "
                   f"account, then press again: {url}")
+    return identity
+
+
+def _decide(chat, press: Press) -> str:
+    identity = _who(chat, press)
+    if identity is None:
         return "not linked"
     gate = _gate(press.step_id)
     if not _waiting(gate, press):

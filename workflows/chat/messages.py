@@ -43,14 +43,15 @@ def gate_message(gate: Step):
         values = "; ".join(f"{v['name']} = {v['value']}" for v in entry["values"])
         trail.append(f"{entry['title']}: {entry['status']}" + (f"; {values}" if values else ""))
     return GateMessage(
-        step_id=gate.pk, attempt=gate.attempt, title=gate.title, group=gate.approval_group,
+        step_id=gate.pk, attempt=gate.attempt, title=gate.title,
+        group=gate.waits_on if waiting else gate.approval_group,
         run_title=str(run), run_url=f"{settings.TOLLGATE_BASE_URL}{run.get_absolute_url()}",
         requested_by=str(run.requested_by or ""),
         params=[(p["name"], p["whole"]) for p in gate.params], trail=trail,
         instructions=gate.instructions, deadline_at=gate.deadline_at,
         deadline_then=(gate.due or {}).get("then", ""), approved=gate.approved,
         required=gate.approval_required,
-        decisions=[f"{d.user} {d.get_decision_display()} ({d.get_channel_display()})"
+        decisions=[f"{d.user} {d.get_decision_display()} ({d.channel_label})"
                    + (f", {d.signature_line}" if d.signature_meaning else "")
                    for d in gate.decisions],
         open=waiting, outcome=outcome,
@@ -84,12 +85,17 @@ def _post_once(chat, gate: Step, channel: str, message) -> None:
 
 
 def sync_gate(chat, gate: Step) -> None:
-    """Bring the gate's messages up to date: posted to its group's channel while it waits,
-    and every earlier message of it shown as it is now."""
+    """Bring the gate's messages up to date: posted, while it waits, to the channel of its
+    group and of each group it waits on now, and every earlier message of it shown as it
+    is now."""
     message = gate_message(gate)
-    channel = channel_for(gate.approval_group)
-    if message.open and channel:
-        _post_once(chat, gate, channel, message)
+    if message.open:
+        # Each group it waits on now (a later stage's, or the one it was reassigned to) sees
+        # it in its own channel, and the gate's first group keeps its message.
+        groups = [gate.approval_group, *(rule.group for rule in gate.open_rules)]
+        for channel in dict.fromkeys(channel_for(group) for group in groups if group):
+            if channel:
+                _post_once(chat, gate, channel, message)
     for row in ChatMessage.objects.filter(step=gate, final=False).exclude(ref=""):
         shown = message if row.attempt == gate.attempt else gate_message_of_attempt(gate, row)
         chat.update(row.channel, row.ref, shown)

@@ -67,7 +67,8 @@ def blocks(message: GateMessage) -> list[dict]:
     instructions, deadline and quorum, and the buttons while it waits."""
     found = [
         {"type": "header", "text": {"type": "plain_text", "emoji": False,
-                                    "text": f"{message.title} · {message.group}"[:150]}},
+                                    "text": " · ".join(filter(None, (
+                                        message.title, message.group)))[:150]}},
         {"type": "section", "text": {"type": "mrkdwn", "text": (
             f"Run <{message.run_url}|{plain_text(message.run_title)}>"
             + (f" · requested by {escape(message.requested_by)}"
@@ -106,8 +107,10 @@ def blocks(message: GateMessage) -> list[dict]:
 
 
 def _text(message: GateMessage) -> str:
-    state = "waits on" if message.open else f"{message.outcome} ·"
-    return f"{message.title} {state} {message.group}: {message.run_title}"
+    if message.open:
+        return f"{message.title} waits on {message.group or 'its approvers'}: " \
+               f"{message.run_title}"
+    return f"{message.title}: {message.outcome} · {message.run_title}"
 
 
 def _input(field: dict) -> dict:
@@ -221,7 +224,8 @@ class Slack:
 
     def remind(self, channel: str, ref: str, message: GateMessage) -> None:
         # In the gate's thread, also sent to the channel, so it is seen without opening it.
-        text = (f"Reminder: *{message.title}* still waits on {message.group} "
+        text = (f"Reminder: *{message.title}* still waits on "
+                f"{message.group or 'its approvers'} "
                 f"({message.approved} of {message.required} approvals).")
         if message.deadline_at:
             text += " " + _deadline(message)

@@ -509,6 +509,16 @@ class Approval(models.Model):
         raise TypeError("Decisions are never deleted: they are the audit trail.")
 
     @property
+    def channel_label(self) -> str:
+        """Where it was decided, as pages and messages say it: "Slack (@bob)" for a chat
+        decision (the audit keeps the account's full label), else the channel's name."""
+        if self.channel == Channel.CHAT and self.chat_identity:
+            provider, _, account = self.chat_identity.partition(":")
+            name = account.partition(" ")[2]
+            return f"{provider.capitalize()} ({name})" if name else provider.capitalize()
+        return self.get_channel_display()
+
+    @property
     def signature_line(self) -> str:
         """A signed decision as mail and chat show it (Part 11's manifestation): meaning,
         name, username, time with its zone and method; "" if it was not signed."""

@@ -111,7 +111,7 @@ def test_a_matched_user_approves_once_and_the_message_follows(slack, people):
     assert ChatIdentity.objects.get(chat_user="U-BOB").matched_by == "email"
     update = slack.calls_of("chat.update")[-1]
     assert "*1 of 2* approvals" in json.dumps(update["blocks"])
-    assert "bob approved (chat)" in json.dumps(update["blocks"])
+    assert "bob approved (Slack (@bob))" in json.dumps(update["blocks"])
 
     # A repeat press (a new request, not a replay) counts once and says why.
     slack.press(slack.url, button(gate, "approve", "U-BOB", "bob"))
@@ -246,6 +246,17 @@ def test_a_form_or_a_reject_opens_a_modal_whose_submission_decides(slack, people
     assert Approval.objects.get().comment == "dashboards fine"
 
 
+def test_someone_chat_cannot_match_is_told_before_any_form_opens(slack, people):
+    """One press, and the link to connect their account: no form filled in for nothing."""
+    run, gate = gate_waiting(people, spec=ROLLOUT)
+    assert slack.press(slack.url, button(gate, "approve", "U-ERIN", "erin")) == (200, b"")
+    assert slack.calls_of("views.open") == [] and not slack.doorbells
+    note = slack.calls_of("chat.postEphemeral")[-1]
+    assert note["user"] == "U-ERIN" and "/chat/link/" in note["text"]
+    assert ChatInteraction.objects.get().outcome == "not linked"
+    assert not Approval.objects.exists()
+
+
 def test_a_reject_needs_its_comment(slack, people):
     run, gate = gate_waiting(people, month="May")
     sso(people["carol"], "carol@acme.test")
@@ -337,6 +348,31 @@ def test_an_escalated_gate_moves_to_the_new_groups_channel(slack, people):
     posts = slack.calls_of("chat.postMessage")
     assert [p["channel"] for p in posts] == ["C-QA", "C-OPS"]
     assert "ops" in json.dumps(slack.calls_of("chat.update")[-1]["blocks"])
+
+
+def test_a_later_stage_and_a_reassigned_gate_are_posted_to_their_groups_channels(slack,
+                                                                               people):
+    """Chat follows the gate: the second stage's group sees it in its channel once the first
+    is met, and so does the group an operator hands it to; every message keeps up."""
+    from tests.conftest import make_user
+
+    make_user("olga", "ops"), make_user("oscar", "ops")
+    spec = {**PAYROLL, "name": "staged", "steps": [
+        PAYROLL["steps"][0], {**PAYROLL["steps"][1], "approval": {"rules": [
+            {"group": "qa", "label": "QA", "order": 0},
+            {"group": "ops", "label": "Ops", "order": 1}]}}]}
+    run, gate = gate_waiting(people, spec=spec, month="May")
+    assert [p["channel"] for p in slack.calls_of("chat.postMessage")] == ["C-QA"]
+    engine.approve(run, "sign", user=people["bob"])  # QA met: the ops stage opens
+    assert [p["channel"] for p in slack.calls_of("chat.postMessage")] == ["C-QA", "C-OPS"]
+    assert "waits on ops" in slack.calls_of("chat.postMessage")[-1]["text"]
+
+    spec2 = {**PAYROLL, "name": "handed"}
+    run2, gate2 = gate_waiting(people, spec=spec2, month="June")
+    engine.reassign_gate(run2, "sign", actor=people["alice"], reason="qa is away",
+                         group="ops")
+    assert [p["channel"] for p in slack.calls_of("chat.postMessage")][-2:] == ["C-QA", "C-OPS"]
+    assert {m.channel for m in ChatMessage.objects.filter(step=gate2)} == {"C-QA", "C-OPS"}
 
 
 def test_a_reminder_is_said_in_the_gates_thread_while_it_waits(slack, people):
