@@ -118,6 +118,13 @@ def test_each_card_says_who_else_may_decide_and_who_was_told(client, people, set
     body = client.get("/").content.decode()
     assert "1 other may decide" in body and "Also may decide: <bdi>erin</bdi>." in body
     assert run.pk and "frank" not in body
+    # The page a mailed link opens says the same.
+    from workflows.delivery import links
+
+    gate = run.steps.get(key="ok")
+    page = client.get(f"/decide/{links.decision_token(people['carol'], gate)}/")
+    page = page.content.decode()
+    assert "1 other may decide" in page and "told 1 time" in page
 
 
 def test_the_deadlines_page_shows_waiting_time_per_group_as_a_distribution(client, people,

@@ -151,6 +151,7 @@ def decide(request, token: str):
         return render(request, "workflows/decide.html", {"run": gate.run, "problem": refusal},
                       status=403)
     cards.gate_evidence([gate])
+    cards.audiences([gate], request.user)  # who else may decide, who was told: as the card
     cards.signing([gate], request.user)
     return render(request, "workflows/decide.html", {"gate": gate})
 
