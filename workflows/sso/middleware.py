@@ -11,10 +11,7 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.http import urlencode
 
-SIGNED_IN_AT = "tollgate_signed_in_at"
-# A sign-in made again at the provider for a page that asked for a fresh proof of who this
-# is (views.sign): {"user": pk, "auth_time": when the provider says it signed them in}.
-FRESH_SIGN_IN = "tollgate_sso_fresh_sign_in"
+from workflows.sessions import SIGNED_IN_AT
 
 
 def note_sign_in(sender, request, user, **kwargs):

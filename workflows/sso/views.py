@@ -20,9 +20,10 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from joserfc.errors import JoseError
 
+from workflows.sessions import FRESH_SIGN_IN
+
 from . import provider
 from .accounts import SignInRefused, password_allowed, sign_in_user
-from .middleware import FRESH_SIGN_IN
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from workflows import clock
 from workflows.audit import chain
 from workflows.errors import InvalidInput, NotPermitted
 from workflows.models import Passkey, Step
-from workflows.sso.middleware import SIGNED_IN_AT
+from workflows.sessions import SIGNED_IN_AT
 from workflows.web.forms import posted_values
 
 REGISTERING = "tollgate.passkey.registering"

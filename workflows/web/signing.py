@@ -13,7 +13,7 @@ from django.contrib.auth import authenticate
 from django.urls import reverse
 
 from workflows import engine
-from workflows.sso.middleware import FRESH_SIGN_IN
+from workflows.sessions import FRESH_SIGN_IN
 from workflows.web import passkeys
 
 PENDING = "tollgate.signing.pending"  # the decision waiting for the provider's sign-in
