@@ -36,7 +36,8 @@ def raw(sql: str, params=()) -> None:
     from importlib import import_module
 
     triggers = [import_module("workflows.migrations.0044_append_only_audit"),
-                import_module("workflows.migrations.0050_audit_timestamps")]
+                import_module("workflows.migrations.0050_audit_timestamps"),
+                import_module("workflows.migrations.0051_sqlite_refuses_audit_deletes")]
     with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute("SET LOCAL session_replication_role = replica")
@@ -52,10 +53,9 @@ def raw(sql: str, params=()) -> None:
 def test_the_database_refuses_changes_to_the_trail(decided):
     seals.seal()
     refused = [("UPDATE workflows_checkpoint SET summary = 'x' WHERE run_id = %s", decided.pk),
-               ("UPDATE workflows_auditseal SET hash = 'x' WHERE run_id = %s", decided.pk)]
-    if connection.vendor == "postgresql":  # SQLite's DELETE is found by the chain
-        refused += [("DELETE FROM workflows_checkpoint WHERE run_id = %s", decided.pk),
-                    ("DELETE FROM workflows_auditseal WHERE run_id = %s", decided.pk)]
+               ("UPDATE workflows_auditseal SET hash = 'x' WHERE run_id = %s", decided.pk),
+               ("DELETE FROM workflows_checkpoint WHERE run_id = %s", decided.pk),
+               ("DELETE FROM workflows_auditseal WHERE run_id = %s", decided.pk)]
     for sql, run_id in refused:
         with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), \
                 connection.cursor() as cursor:

@@ -130,6 +130,8 @@ def _delete_runs(run_ids: list[int]) -> None:
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute("SELECT set_config('tollgate.retention', 'on', true)")
+        else:  # SQLite: a row of this transaction's own (migration 0051)
+            cursor.execute("INSERT INTO tollgate_audit_unlock VALUES ('retention')")
         for model, column, values in (
                 (Checkpoint, "run_id", run_ids),
                 (Approval, "step_id", list(steps.values_list("pk", flat=True)))):
@@ -137,6 +139,8 @@ def _delete_runs(run_ids: list[int]) -> None:
                 marks = ", ".join(["%s"] * len(values))
                 cursor.execute(f"DELETE FROM {model._meta.db_table} "  # noqa: S608
                                f"WHERE {column} IN ({marks})", values)
+        if connection.vendor != "postgresql":
+            cursor.execute("DELETE FROM tollgate_audit_unlock")
     Run.objects.filter(parent_step__run_id__in=run_ids).update(parent_step=None)
     Schedule.objects.filter(last_run_id__in=run_ids).update(last_run=None)
     Compensation.objects.filter(run_id__in=run_ids).delete()
