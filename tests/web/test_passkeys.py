@@ -12,26 +12,10 @@ from axes.models import AccessAttempt
 from django.test import Client
 
 from tests.support.authenticator import Authenticator
-from workflows import engine
+from tests.web.conftest import MEANING, signed_in
 from workflows.models import Approval, Passkey
-from workflows.specs.storage import store_spec
 
 pytestmark = pytest.mark.django_db
-
-MEANING = "Approved for release"
-
-
-@pytest.fixture
-def signed_gate(people):
-    spec = store_spec({"name": "signed", "steps": [
-        {"key": "qa", "approval": {"group": "qa", "signature": {"meaning": MEANING}}}]})[0]
-    return engine.open_run(spec, actor=people["alice"], title="Release 2.0").run
-
-
-def signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def add_passkey(client: Client, name: str = "laptop") -> Authenticator:

@@ -13,15 +13,13 @@ from django.http import HttpResponseRedirect
 from django.test import Client
 
 from tests.conftest import make_user
-from workflows import engine
+from tests.web.conftest import MEANING
 from workflows.models import Approval, SsoIdentity
-from workflows.specs.storage import store_spec
 from workflows.sso import views
 
 pytestmark = pytest.mark.django_db
 
 ISSUER = "https://id.acme.test"
-MEANING = "Approved for release"
 
 
 class Provider:
@@ -61,13 +59,6 @@ def sam(db):
     return user
 
 
-@pytest.fixture
-def gate(people):
-    spec = store_spec({"name": "signed", "steps": [
-        {"key": "qa", "approval": {"group": "qa", "signature": {"meaning": MEANING}}}]})[0]
-    return engine.open_run(spec, actor=people["alice"], title="Release 3").run
-
-
 def ask(client: Client, run, provider, decision="approve", **fields) -> None:
     """Press "sign in again" on the card, and go to the provider."""
     answer = client.post(f"/runs/{run.pk}/steps/qa/{decision}/",
@@ -83,7 +74,7 @@ def back(client: Client, provider, **claims):
     return client.get("/sso/callback/?code=c&state=s", follow=True)
 
 
-def test_the_card_offers_it_only_to_those_who_sign_on(provider, sam, people, gate):
+def test_the_card_offers_it_only_to_those_who_sign_on(provider, sam, people, signed_gate):
     client = Client()
     client.force_login(sam)
     page = client.get("/").content.decode()
@@ -91,15 +82,15 @@ def test_the_card_offers_it_only_to_those_who_sign_on(provider, sam, people, gat
     bob = Client()
     bob.force_login(people["bob"])
     assert "or sign in again at" not in bob.get("/").content.decode()
-    answer = bob.post(f"/runs/{gate.pk}/steps/qa/approve/", {"sign_at_provider": "1"},
+    answer = bob.post(f"/runs/{signed_gate.pk}/steps/qa/approve/", {"sign_at_provider": "1"},
                       follow=True)
     assert "do not sign in through the company" in answer.content.decode()
 
 
-def test_a_fresh_sign_in_at_the_provider_signs_the_waiting_decision(provider, sam, gate):
+def test_a_fresh_sign_in_at_the_provider_signs_the_waiting_decision(provider, sam, signed_gate):
     client = Client()
     client.force_login(sam)
-    ask(client, gate, provider, comment="release notes read")
+    ask(client, signed_gate, provider, comment="release notes read")
     page = back(client, provider, auth_time=int(time.time()))
     assert "You approved qa" in page.content.decode()
     approval = Approval.objects.get()
@@ -109,32 +100,32 @@ def test_a_fresh_sign_in_at_the_provider_signs_the_waiting_decision(provider, sa
     assert "No decision is waiting" in again.content.decode()
 
 
-def test_a_sign_in_the_provider_did_not_make_afresh_signs_nothing(provider, sam, gate):
+def test_a_sign_in_the_provider_did_not_make_afresh_signs_nothing(provider, sam, signed_gate):
     client = Client()
     client.force_login(sam)
-    ask(client, gate, provider)
+    ask(client, signed_gate, provider)
     page = back(client, provider, auth_time=int(time.time()) - 3600)
     assert "its sign-in predates this decision" in page.content.decode()
-    ask(client, gate, provider)
+    ask(client, signed_gate, provider)
     page = back(client, provider)  # no auth_time at all
     assert "did not vouch for you" in page.content.decode()
     assert not Approval.objects.exists()
 
 
-def test_another_person_coming_back_signs_nothing(provider, sam, gate, people):
+def test_another_person_coming_back_signs_nothing(provider, sam, signed_gate, people):
     SsoIdentity.objects.create(user=people["bob"], issuer=ISSUER, subject="bob-sub")
     client = Client()
     client.force_login(sam)
-    ask(client, gate, provider)
+    ask(client, signed_gate, provider)
     page = back(client, provider, sub="bob-sub", auth_time=int(time.time()))
     assert "did not vouch for you" in page.content.decode()
     assert not Approval.objects.exists()
 
 
-def test_a_rejection_needs_its_comment_before_going_anywhere(provider, sam, gate):
+def test_a_rejection_needs_its_comment_before_going_anywhere(provider, sam, signed_gate):
     client = Client()
     client.force_login(sam)
-    answer = client.post(f"/runs/{gate.pk}/steps/qa/reject/", {"sign_at_provider": "1"},
+    answer = client.post(f"/runs/{signed_gate.pk}/steps/qa/reject/", {"sign_at_provider": "1"},
                          HTTP_HX_REQUEST="true")
     assert "A comment is required to reject" in answer.content.decode()
     assert provider.asked == []

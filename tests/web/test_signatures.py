@@ -9,32 +9,15 @@ import re
 
 import pytest
 from axes.models import AccessAttempt
-from django.test import Client
 
 from tests.api.conftest import Api
+from tests.web.conftest import MEANING, signed_in
 from workflows import engine
 from workflows.models import Approval, Channel, Checkpoint
 from workflows.specs.storage import store_spec
 from workflows.specs.validation import SpecError
 
 pytestmark = pytest.mark.django_db
-
-MEANING = "Approved for release"
-
-
-@pytest.fixture
-def signed_gate(people):
-    spec = store_spec({"name": "signed", "steps": [
-        {"key": "qa", "approval": {"group": "qa", "signature": {"meaning": MEANING}}}]})[0]
-    people["bob"].first_name, people["bob"].last_name = "Bob", "Builder"
-    people["bob"].save()
-    return engine.open_run(spec, actor=people["alice"], title="Release 2.0").run
-
-
-def signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_a_signature_names_its_meaning(db):

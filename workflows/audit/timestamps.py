@@ -89,13 +89,13 @@ def stamp() -> AuditTimestamp | None:
 
 def problems(seal_at: dict[str, object]):
     """Check every timestamp: the authority's answer holds, and the seal it vouches for is
-    still in the chain with that digest (`seal_at`: seal digest -> its row). Yields (seal
-    id, what is wrong)."""
+    still in the chain with that digest (`seal_at`: seal digest -> its row). Yields (run id,
+    seq, what is wrong), named by the seal's run and seq (0, 0 when the seal is gone)."""
     for row in AuditTimestamp.objects.order_by("seal_id").iterator():
         sealed = seal_at.get(row.seal_digest)
+        when = f"timestamp of {row.at:%Y-%m-%d %H:%M:%S}"
         if sealed is None:
-            yield (row.seal_id, f"timestamp of {row.at:%Y-%m-%d %H:%M:%S}: the seal it "
-                                "vouches for is no longer in the chain (the seals were "
-                                "rewritten)")
+            yield (0, 0, f"{when}: the seal it vouches for is no longer in the chain (the "
+                         "seals were rewritten)")
         elif problem := _problem(bytes(row.token), row.seal_digest):
-            yield (row.seal_id, f"timestamp of {row.at:%Y-%m-%d %H:%M:%S}: {problem}")
+            yield (sealed.run_id, sealed.seq, f"{when}: {problem}")

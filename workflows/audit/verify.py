@@ -52,8 +52,7 @@ def verify(run_ids=None) -> Verdict:
 
 
 def _timestamp_problems(verdict: Verdict) -> list[tuple[int, int, str]]:
-    """Each timestamp's answer holds and its seal is still in the chain, named by the run
-    and seq that seal was of."""
+    """Each timestamp's answer holds and its seal is still in the chain."""
     digests = list(AuditTimestamp.objects.values_list("seal_digest", flat=True))
     verdict.timestamps = len(digests)
     if digests and not settings.TOLLGATE_AUDIT_TSA_CA_FILE:
@@ -63,9 +62,7 @@ def _timestamp_problems(verdict: Verdict) -> list[tuple[int, int, str]]:
     for start in range(0, len(digests), CHUNK):
         sealed.update((row.digest, row) for row in AuditSeal.objects.filter(
             digest__in=digests[start:start + CHUNK]))
-    by_id = {row.pk: row for row in sealed.values()}
-    return [(by_id[pk].run_id if pk in by_id else 0, by_id[pk].seq if pk in by_id else 0,
-             what) for pk, what in timestamps.problems(sealed)]
+    return list(timestamps.problems(sealed))
 
 
 def _seal_problems(verdict: Verdict, run_ids) -> list[tuple[int, int, str]]:

@@ -49,12 +49,13 @@ APPROVAL_COLUMNS = ("step_id", "attempt", "user_id", "decision", "comment", "val
 class Signature:
     """A fresh proof, made at the moment of deciding, that the person deciding is the one the
     record will name: made by the page that asked for it (workflows.web.signing: their
-    password, checked and counted as a sign-in is, or a passkey's signature over the very
-    decision). The engine only takes it for that person; a channel that cannot ask for one
-    (chat, a token, a bulk decision) has none."""
+    password, checked and counted as a sign-in is, a passkey's signature over the very
+    decision, or a sign-in made again at the company's provider for it). The engine only
+    takes it for that person; a channel that cannot ask for one (chat, a token, a bulk
+    decision) has none."""
 
     user_id: int
-    method: str  # "password" or "passkey"
+    method: str  # "password", "passkey" or "sign-on"
 
 
 def signature_meaning(step: Step, rule) -> str:

@@ -107,11 +107,14 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
                 step.form = gate_form(step, request.POST, errors=refused[1])
             else:
                 step.form = gate_form(step)
-        step.can_decide = step.pk in rules and step.pk not in decided and decide_refusal(
-            user, run, step, rules=step.rules, decided=cards.decided_people(current)) is None
+        step.can_decide = step.pk in rules and step.pk not in decided
+        if step.can_decide:  # a gate (`current` is its attempt's decisions)
+            deciders = cards.decided_people(current)
+            step.can_decide = decide_refusal(user, run, step, rules=step.rules,
+                                             decided=deciders) is None
         if step.can_decide:  # what signing it means, for the rule this person decides on
             step.signing = engine.signature_meaning(step, deciding_rule(
-                user, run, step, rules=step.rules, decided=cards.decided_people(current)))
+                user, run, step, rules=step.rules, decided=deciders))
         # What the page's poller compares: a row whose version moved is sent again.
         step.version = f"{step.attempt}.{len(step.decisions)}.{step.updated_at.timestamp()}"
         step.can_retry = can_retry(user, run, step)
@@ -295,7 +298,7 @@ def step_action(request, pk: int, key: str, action: str):
     try:
         if action in ("approve", "reject") and request.POST.get("sign_at_provider"):
             # Signed by signing in again at the company's provider: the decision waits in
-            # the session and is made when the person comes back (signing.decide_signed).
+            # the session and is made when the person comes back (sign_complete).
             target = signing.await_sign_on(request, pk, key, action)
             if request.htmx:
                 return HttpResponse(headers={"HX-Redirect": target})
