@@ -510,3 +510,23 @@ TOLLGATE_SLACK_CHANNELS = env_json("TOLLGATE_SLACK_CHANNELS", {}, dict,
 TOLLGATE_SLACK_API_URL = os.environ.get("TOLLGATE_SLACK_API_URL", "https://slack.com/api/")
 # How long a call to Slack's Web API may take before it is retried through the outbox.
 TOLLGATE_SLACK_TIMEOUT_SECONDS = float(os.environ.get("TOLLGATE_SLACK_TIMEOUT_SECONDS", "10"))
+
+# Microsoft Teams approvals (workflows/chat/teams.py): on when the app (bot) id, its client
+# secret and the Entra tenant are set (README, "Approvals in Microsoft Teams").
+TOLLGATE_TEAMS_APP_ID = os.environ.get("TOLLGATE_TEAMS_APP_ID", "")
+TOLLGATE_TEAMS_APP_PASSWORD = os.environ.get("TOLLGATE_TEAMS_APP_PASSWORD", "")
+TOLLGATE_TEAMS_TENANT_ID = os.environ.get("TOLLGATE_TEAMS_TENANT_ID", "")
+# Approval group -> Teams channel id ("19:...@thread.tacv2").
+TOLLGATE_TEAMS_CHANNELS = env_json("TOLLGATE_TEAMS_CHANNELS", {}, dict,
+                                   "an object of approval group to Teams channel id")
+# The Bot Connector of the tenant's region, where cards are posted and updated.
+TOLLGATE_TEAMS_SERVICE_URL = os.environ.get("TOLLGATE_TEAMS_SERVICE_URL",
+                                            "https://smba.trafficmanager.net/teams/")
+# Where the app's token comes from ("" : the tenant's Entra token endpoint).
+TOLLGATE_TEAMS_TOKEN_URL = os.environ.get("TOLLGATE_TEAMS_TOKEN_URL", "")
+# Whose keys sign the requests Teams sends, and the issuer they name.
+TOLLGATE_TEAMS_OPENID_URL = os.environ.get(
+    "TOLLGATE_TEAMS_OPENID_URL",
+    "https://login.botframework.com/v1/.well-known/openidconfiguration")
+TOLLGATE_TEAMS_ISSUER = os.environ.get("TOLLGATE_TEAMS_ISSUER", "https://api.botframework.com")
+TOLLGATE_TEAMS_TIMEOUT_SECONDS = float(os.environ.get("TOLLGATE_TEAMS_TIMEOUT_SECONDS", "10"))

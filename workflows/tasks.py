@@ -15,7 +15,7 @@ from huey.contrib.djhuey import db_periodic_task, db_task, on_startup, task
 
 from goals.rollup import fold_days, fold_tallies
 from workflows.audit import seals, timestamps
-from workflows.chat import interactions, slack
+from workflows.chat import interactions, providers
 from workflows.delivery import dispatch, notifications, outbox, webhooks
 from workflows.ops import retention
 from workflows.recovery import presence, sweeper
@@ -149,20 +149,17 @@ def send_due_mail() -> None:
 @db_task()
 def handle_chat_press(interaction_id: int) -> None:
     """A doorbell for a press in chat, acknowledged already: decide it."""
-    chat = slack.provider()
-    if chat is not None:
-        interactions.handle(chat, interaction_id)
+    interactions.handle_any(interaction_id)
 
 
 @db_periodic_task(every_tick, priority=PERIODIC_PRIORITY)
 def handle_due_chat_presses() -> None:
     """Presses whose doorbell was lost, or whose retry is due (chat away), handled here."""
-    chat = slack.provider()
-    if chat is None:
+    if not providers.any_enabled():
         return
     with presence.periodic("handle_due_chat_presses"):
         for interaction_id in interactions.due():
-            interactions.handle(chat, interaction_id)
+            interactions.handle_any(interaction_id)
 
 
 @db_task()

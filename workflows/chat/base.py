@@ -30,14 +30,15 @@ class GateMessage:
     outcome: str  # when not open: "Approved", "Rejected by bob: broken", "Cancelled", ...
     has_form: bool
     form: list[dict] = field(default_factory=list)  # approval.form fields
+    deciders: list[int] = field(default_factory=list)  # who may decide it now (user ids)
 
 
 @dataclass
 class Press:
     """A person's press in chat, parsed from the platform's request."""
 
-    kind: str  # "button" or "form"
-    decision: str  # "approve" or "reject"
+    kind: str  # "button", "form" (a press that carries its fields) or "view" (a refresh)
+    decision: str  # "approve" or "reject" ("" for a view)
     step_id: int
     attempt: int
     team: str
@@ -47,6 +48,21 @@ class Press:
     trigger: str = ""  # for opening a form (a button press)
     comment: str = ""
     values: dict = field(default_factory=dict)
+    # What else the platform needs to answer this person (Teams: the conversation and the
+    # service it came through, the account's Entra object id).
+    context: dict = field(default_factory=dict)
+
+
+@dataclass
+class Viewer:
+    """What one person may do with a gate, for a platform that shows each person their own
+    view of a message (Teams): decide it, sign it on its page, link their account first, or
+    nothing, and why."""
+
+    linked: bool
+    link_url: str = ""
+    refusal: str = ""  # why they may not decide ("" when they may)
+    signature: str = ""  # the meaning their decision must be signed with, on the page
 
 
 class ChatProvider(Protocol):
@@ -54,6 +70,8 @@ class ChatProvider(Protocol):
     four-eyes, the audit, retries through the outbox) is Tollgate's and the same for all."""
 
     name: str  # "slack"
+    label: str  # "Slack", as pages name the channel
+    channels: dict[str, str]  # approval group -> the platform's channel id
 
     def post(self, channel: str, message: GateMessage) -> str:
         """Post a gate; returns the message's reference (to update it)."""
@@ -69,14 +87,27 @@ class ChatProvider(Protocol):
         """Remind the channel that the gate still waits (a reply to its message)."""
 
     def open_form(self, press: Press, message: GateMessage) -> None:
-        """Open the gate's form (its fields and a comment) for a press, within the
-        platform's time limit."""
+        """Open the gate's form (its fields and a comment) for a button press, within the
+        platform's time limit (a platform whose presses carry their fields, kind "form",
+        is never asked)."""
 
-    def tell(self, channel: str, chat_user: str, text: str) -> None:
-        """A private note to one person (a refusal and why, a link to follow)."""
+    def tell(self, press: Press, text: str) -> None:
+        """A private note to the person who pressed (a refusal and why, a link to follow)."""
 
-    def email_of(self, chat_user: str) -> str:
-        """The e-mail the platform has for the account ("" when it has none)."""
+    def dm(self, chat_user: str, text: str) -> None:
+        """A direct message to a linked account (a delegate told whom they decide for)."""
+
+    def email_of(self, press: Press) -> str:
+        """The e-mail the platform has for the account that pressed ("" when none)."""
+
+    def object_id_of(self, press: Press) -> str:
+        """The company directory's id of the account (Entra's object id), "" if unknown."""
+
+    def ack(self, press: Press) -> dict | None:
+        """The answer to a press taken for deciding (None: an empty 200)."""
+
+    def view(self, press: Press, message: GateMessage, viewer: Viewer) -> dict | None:
+        """The answer to a "view" press: the gate as this person may act on it."""
 
     def verify(self, headers, body: bytes) -> str:
         """Check a request came from the platform (signature, freshness); returns a digest
@@ -88,7 +119,8 @@ class ChatProvider(Protocol):
     def press_of(self, payload: dict) -> Press | None:
         """The press a payload carries, if it is one of Tollgate's."""
 
-    def form_errors(self, errors: dict[str, str]) -> dict:
+    def form_errors(self, errors: dict[str, str], press: Press,
+                    message: GateMessage) -> dict:
         """The platform's answer that shows these field errors in the open form."""
 
 

@@ -34,6 +34,30 @@ def match_by_email(provider: str, team: str, chat_user: str, name: str,
     return _link(provider, team, chat_user, name, next(iter(users.values())), "email")
 
 
+def match_by_object_id(provider: str, team: str, chat_user: str, name: str,
+                       object_id: str) -> ChatIdentity | None:
+    """Link the account to the one person whose sign-on identity, in the same directory
+    (Entra tenant), has this object id: the id the platform vouches for, as the provider
+    did at sign-in (None when not exactly one)."""
+    if not object_id or not team:
+        return None
+    users = {i.user_id: i.user for i in SsoIdentity.objects.select_related("user").filter(
+        object_id=object_id, tenant_id=team, user__is_active=True)}
+    if len(users) != 1:
+        return None
+    return _link(provider, team, chat_user, name, next(iter(users.values())), "object id")
+
+
+def object_ids(provider: str, team: str, user_ids) -> set[str]:
+    """The directory (Entra) object ids of these users in this tenant: of their linked
+    accounts on the platform, and as sign-on gave them."""
+    linked = ChatIdentity.objects.filter(provider=provider, team=team, user_id__in=user_ids)
+    signed = SsoIdentity.objects.filter(user_id__in=user_ids, tenant_id=team).exclude(
+        object_id="")
+    return (set(linked.values_list("chat_user", flat=True))
+            | set(signed.values_list("object_id", flat=True)))
+
+
 def verified_emails(user) -> set[str]:
     """The e-mails someone vouched for as this person's, lower-cased: those the sign-on
     provider verified, and the account's own e-mail where no provider speaks for the person

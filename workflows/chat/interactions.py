@@ -15,12 +15,19 @@ from datetime import timedelta
 
 from django.db import IntegrityError, transaction
 
-from workflows import clock, engine
+from workflows import clock, engine, permissions
 from workflows.errors import InvalidInput, WorkflowError
-from workflows.models import Channel, ChatInteraction, Step, StepKind, StepStatus
+from workflows.models import (
+    Channel,
+    ChatInteraction,
+    GateRule,
+    Step,
+    StepKind,
+    StepStatus,
+)
 
-from . import identities
-from .base import Press, Refused
+from . import identities, providers
+from .base import Press, Refused, Viewer
 from .messages import gate_message
 
 log = logging.getLogger(__name__)
@@ -73,6 +80,10 @@ def receive(chat, headers, body: bytes) -> tuple[dict | None, int | None]:
         _done(row, f"not a Tollgate press ({kind})")
         return None, None
     gate = _gate(press.step_id)
+    if press.kind == "view":
+        _done(row, "viewed")
+        return (chat.view(press, gate_message(gate), viewer(chat, press, gate))
+                if gate is not None else None), None
     needs_form = press.decision == "reject" or bool(
         gate is not None and gate.config.get("approval", {}).get("form"))
     if press.kind == "button" and needs_form and _waiting(gate, press):
@@ -89,22 +100,53 @@ def receive(chat, headers, body: bytes) -> tuple[dict | None, int | None]:
             _done(row, f"form not opened: {exc}"[:2000])
         return None, None
     if press.kind == "form" and (errors := _form_errors(gate, press)):
+        if _who(chat, press) is None:  # the link first: the form could not be recorded
+            _done(row, "not linked")
+            return chat.view(press, gate_message(gate), viewer(chat, press, gate)), None
         _done(row, f"form refused: {errors}"[:2000])
-        return chat.form_errors(errors), None
-    return None, row.pk
+        return chat.form_errors(errors, press, gate_message(gate)), None
+    return chat.ack(press), row.pk
+
+
+def viewer(chat, press: Press, gate: Step) -> Viewer:
+    """What the person who asked to see the gate may do with it now (a platform that
+    shows each person their own view, as Teams' refresh does)."""
+    identity = _match(chat, press)
+    if identity is None:
+        return Viewer(linked=False, link_url=identities.link_url(
+            chat.name, press.team, press.chat_user, press.chat_name, chat.email_of(press)))
+    user = identity.user
+    rules = list(GateRule.objects.filter(step=gate, attempt=gate.attempt, open=True)
+                 .select_related("user").order_by("order", "position"))
+    decided = permissions.decided_people(gate)
+    refusal = permissions.decide_refusal(user, gate.run, gate, rules=rules, decided=decided)
+    if refusal:
+        return Viewer(linked=True, refusal=refusal)
+    rule = permissions.deciding_rule(user, gate.run, gate, rules=rules, decided=decided)
+    return Viewer(linked=True, signature=engine.signature_meaning(gate, rule))
+
+
+def _match(chat, press: Press):
+    """The Tollgate user a chat account acts as: linked already, or matched now by the
+    directory id or the verified e-mail sign-on gave (None when neither finds one)."""
+    identity = identities.find(chat.name, press.team, press.chat_user)
+    if identity is None and (object_id := chat.object_id_of(press)):
+        identity = identities.match_by_object_id(chat.name, press.team, press.chat_user,
+                                                 press.chat_name, object_id)
+    if identity is None:
+        identity = identities.match_by_email(chat.name, press.team, press.chat_user,
+                                             press.chat_name, chat.email_of(press))
+    return identity
 
 
 def _who(chat, press: Press):
-    """The Tollgate user a chat account acts as (linked, or matched now by the verified
-    e-mail sign-on gave), or None after telling the person, privately, how to link it."""
-    identity = identities.find(chat.name, press.team, press.chat_user)
-    email = "" if identity else chat.email_of(press.chat_user)
-    identity = identity or identities.match_by_email(chat.name, press.team, press.chat_user,
-                                                     press.chat_name, email)
+    """The Tollgate user a chat account acts as (`_match`), or None after telling the
+    person, privately, how to link it."""
+    identity = _match(chat, press)
     if identity is None:
         url = identities.link_url(chat.name, press.team, press.chat_user, press.chat_name,
-                                  email)
-        chat.tell(press.channel, press.chat_user,
+                                  chat.email_of(press))
+        chat.tell(press,
                   "Tollgate does not know which of its users you are, so nothing was "
                   f"recorded. Open this link while signed in to Tollgate to link your "
                   f"account, then press again: {url}")
@@ -120,7 +162,7 @@ def _decide(chat, press: Press) -> str:
         what = "no longer exists" if gate is None else (
             "has started again since this message" if gate.attempt != press.attempt
             else f"is {gate.get_status_display().lower()}, not waiting")
-        chat.tell(press.channel, press.chat_user, f"Nothing was recorded: this gate {what}.")
+        chat.tell(press, f"Nothing was recorded: this gate {what}.")
         return f"refused: gate {what}"
     try:
         if press.decision == "approve":
@@ -131,7 +173,7 @@ def _decide(chat, press: Press) -> str:
             engine.reject(gate.run_id, gate.key, user=identity.user, comment=press.comment,
                           channel=Channel.CHAT, chat_identity=identity.label)
     except WorkflowError as exc:
-        chat.tell(press.channel, press.chat_user, f"Not recorded: {exc}")
+        chat.tell(press, f"Not recorded: {exc}")
         return f"refused: {exc}"[:2000]
     return f"{'approved' if press.decision == 'approve' else 'rejected'} by {identity.user}"
 
@@ -161,6 +203,14 @@ def handle(chat, interaction_id: int, now=None) -> str:
     ChatInteraction.objects.filter(pk=row.pk).update(done_at=clock.now(), outcome=outcome,
                                                      attempts=row.attempts + 1)
     return outcome
+
+
+def handle_any(interaction_id: int) -> str:
+    """`handle` with the platform the press came from (nothing when it is turned off)."""
+    name = (ChatInteraction.objects.filter(pk=interaction_id)
+            .values_list("provider", flat=True).first())
+    chat = providers.get(name) if name else None
+    return handle(chat, interaction_id) if chat is not None else "platform not set up"
 
 
 def due(now=None, limit: int = 200) -> list[int]:

@@ -10,17 +10,20 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from workflows import briefs
-from workflows.models import ChatMessage, Step, StepKind, StepStatus
+from workflows import briefs, clock, permissions
+from workflows.models import (
+    ChatIdentity,
+    ChatMessage,
+    Preference,
+    Step,
+    StepKind,
+    StepStatus,
+)
 
 from .base import GateMessage
 
 OUTCOMES = {StepStatus.COMPLETED: "Approved", StepStatus.FAILED: "Rejected",
             StepStatus.CANCELLED: "Cancelled with its run", StepStatus.SKIPPED: "Skipped"}
-
-
-def channel_for(group: str) -> str:
-    return settings.TOLLGATE_SLACK_CHANNELS.get(group, "")
 
 
 def gate_message(gate: Step):
@@ -56,7 +59,9 @@ def gate_message(gate: Step):
                    for d in gate.decisions],
         open=waiting, outcome=outcome,
         has_form=bool(gate.config.get("approval", {}).get("form")),
-        form=gate.config.get("approval", {}).get("form") or [])
+        form=gate.config.get("approval", {}).get("form") or [],
+        deciders=list(permissions.deciders(run, gate).values_list("pk", flat=True))
+        if waiting else [])
 
 
 def _post_once(chat, gate: Step, channel: str, message) -> None:
@@ -93,14 +98,55 @@ def sync_gate(chat, gate: Step) -> None:
         # Each group it waits on now (a later stage's, or the one it was reassigned to) sees
         # it in its own channel, and the gate's first group keeps its message.
         groups = [gate.approval_group, *(rule.group for rule in gate.open_rules)]
-        for channel in dict.fromkeys(channel_for(group) for group in groups if group):
+        for channel in dict.fromkeys(chat.channels.get(group, "") for group in groups if group):
             if channel:
                 _post_once(chat, gate, channel, message)
+        for user_id, text in _personal_notes(gate, message).items():
+            _tell_once(chat, gate, user_id, text)
     for row in ChatMessage.objects.filter(step=gate, final=False).exclude(ref=""):
         shown = message if row.attempt == gate.attempt else gate_message_of_attempt(gate, row)
         chat.update(row.channel, row.ref, shown)
         ChatMessage.objects.filter(pk=row.pk).update(updated_at=timezone.now(),
                                                      final=not shown.open)
+
+
+def _personal_notes(gate: Step, message) -> dict[int, str]:
+    """Who is told directly that the gate waits on them: a person a rule names, and a
+    delegate standing in for an approver who is away (for whom, and until when)."""
+    where = f"{gate.title} ({message.run_title}): {message.run_url}"
+    notes = {rule.user_id: f"{where} waits on you." for rule in gate.open_rules
+             if rule.user_id and rule.user_id in message.deciders}
+    now = clock.now()
+    for away in (Preference.objects.select_related("user")
+                 .filter(user_id__in=message.deciders, delegate_id__in=message.deciders,
+                         away_from__lte=now, away_until__gt=now)):
+        notes[away.delegate_id] = (
+            f"You decide {where} for {away.user}, who is away until "
+            f"{timezone.localtime(away.away_until):%a %d %b %H:%M %Z}.")
+    return notes
+
+
+def _tell_once(chat, gate: Step, user_id: int, text: str) -> None:
+    """A direct message to a person's linked account, once per attempt (the row is claimed
+    first; one the platform did not take is tried again with the outbox's retry)."""
+    identity = ChatIdentity.objects.filter(provider=chat.name, user_id=user_id).first()
+    if identity is None:
+        return  # not linked on this platform: mail tells them
+    channel = f"@{identity.chat_user}"[:100]
+    row = ChatMessage.objects.filter(step=gate, attempt=gate.attempt, provider=chat.name,
+                                     channel=channel).first()
+    if row is None:
+        try:
+            with transaction.atomic():
+                row = ChatMessage.objects.create(step=gate, attempt=gate.attempt,
+                                                 provider=chat.name, channel=channel,
+                                                 final=True)
+        except IntegrityError:
+            return
+    if row.ref:
+        return
+    chat.dm(identity.chat_user, text)
+    ChatMessage.objects.filter(pk=row.pk).update(ref="direct", posted_at=timezone.now())
 
 
 def gate_message_of_attempt(gate: Step, row: ChatMessage):

@@ -187,6 +187,7 @@ def _form_values(view: dict) -> tuple[dict, str]:
 
 class Slack:
     name = "slack"
+    label = "Slack"
 
     def __init__(self, token: str | None = None, signing_secret: str | None = None,
                  base_url: str | None = None):
@@ -195,6 +196,7 @@ class Slack:
                                 timeout=settings.TOLLGATE_SLACK_TIMEOUT_SECONDS)
         self.verifier = SignatureVerifier(signing_secret
                                           or settings.TOLLGATE_SLACK_SIGNING_SECRET)
+        self.channels = settings.TOLLGATE_SLACK_CHANNELS
 
     def post(self, channel: str, message: GateMessage) -> str:
         # The message carries its gate and attempt (Slack's message metadata), so a post
@@ -226,7 +228,8 @@ class Slack:
         # In the gate's thread, also sent to the channel, so it is seen without opening it.
         text = (f"Reminder: *{message.title}* still waits on "
                 f"{message.group or 'its approvers'} "
-                f"({message.approved} of {message.required} approvals).")
+                f"({message.approved} of {message.required} approval"
+                f"{'s' if message.required != 1 else ''}).")
         if message.deadline_at:
             text += " " + _deadline(message)
         self.client.chat_postMessage(channel=channel, thread_ts=ref, reply_broadcast=True,
@@ -235,12 +238,25 @@ class Slack:
     def open_form(self, press: Press, message: GateMessage) -> None:
         self.client.views_open(trigger_id=press.trigger, view=modal(press, message))
 
-    def tell(self, channel: str, chat_user: str, text: str) -> None:
-        self.client.chat_postEphemeral(channel=channel, user=chat_user, text=text)
+    def tell(self, press: Press, text: str) -> None:
+        self.client.chat_postEphemeral(channel=press.channel, user=press.chat_user, text=text)
 
-    def email_of(self, chat_user: str) -> str:
-        user = self.client.users_info(user=chat_user)["user"]
+    def dm(self, chat_user: str, text: str) -> None:
+        # A user id as the channel: Slack opens the person's direct messages with the app.
+        self.client.chat_postMessage(channel=chat_user, text=text, unfurl_links=False)
+
+    def email_of(self, press: Press) -> str:
+        user = self.client.users_info(user=press.chat_user)["user"]
         return (user.get("profile") or {}).get("email") or ""
+
+    def object_id_of(self, press: Press) -> str:
+        return ""  # Slack knows no company directory id
+
+    def ack(self, press: Press) -> dict | None:
+        return None  # Slack wants an empty 200; the message is updated once decided
+
+    def view(self, press, message, viewer) -> dict | None:
+        return None  # one message for everyone: Slack never asks for a person's view
 
     def verify(self, headers, body: bytes) -> str:
         timestamp = headers.get("X-Slack-Request-Timestamp", "")
@@ -289,7 +305,8 @@ class Slack:
             return None
         return None
 
-    def form_errors(self, errors: dict[str, str]) -> dict:
+    def form_errors(self, errors: dict[str, str], press: Press,
+                    message: GateMessage) -> dict:
         return {"response_action": "errors", "errors": {
             ("comment" if name == "comment" else f"field_{name}"): problem
             for name, problem in errors.items()}}

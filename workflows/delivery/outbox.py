@@ -19,7 +19,7 @@ from django.db.models import Q
 
 from workflows import clock, engine
 from workflows.chat import messages as chat_messages
-from workflows.chat import slack
+from workflows.chat import providers as chat_providers
 from workflows.delivery import dispatch, notifications, webhooks
 from workflows.engine import Announcement
 from workflows.models import (
@@ -112,7 +112,7 @@ def duties(announcement: Announcement) -> list[OutboxMessage]:
     if settings.TOLLGATE_WEBHOOKS and gate_events:
         rows.append(OutboxMessage(run_id=announcement.run_id, seq=checkpoint.seq,
                                   job=OutboxJob.WEBHOOKS, events=gate_events, rung_at=now))
-    if slack.enabled() and (chat := chat_events(announcement)):
+    if chat_providers.any_enabled() and (chat := chat_events(announcement)):
         rows.append(OutboxMessage(run_id=announcement.run_id, seq=checkpoint.seq,
                                   job=OutboxJob.CHAT, events=chat, rung_at=now))
     return rows
@@ -136,8 +136,8 @@ def deliver(message_id: int, now=None) -> str:
         elif message.job == OutboxJob.PARENT:
             engine.children.child_ended(message.run_id)
         elif message.job == OutboxJob.CHAT:
-            chat = slack.provider()
-            if chat is not None:  # turned off since: nothing to update
+            # Each platform set up (one turned off since has nothing to update).
+            for chat in chat_providers.enabled():
                 chat_messages.sync(chat, message.run_id,
                                    [key for kind, key in events if kind != "remind"],
                                    reminded=[key for kind, key in events if kind == "remind"])

@@ -140,6 +140,10 @@ class SsoIdentity(models.Model):
     email = models.EmailField(blank=True)
     email_verified = models.BooleanField(default=False)
     groups = models.JSONField(default=list, blank=True)  # the claim as last seen
+    # Entra ID's object id and tenant ("oid", "tid"), when the provider gives them: Teams
+    # accounts are matched by them.
+    object_id = models.CharField(max_length=64, blank=True, default="", db_default="")
+    tenant_id = models.CharField(max_length=64, blank=True, default="", db_default="")
     first_seen = models.DateTimeField(default=timezone.now)
     last_sign_in = models.DateTimeField(default=timezone.now)
 
@@ -149,14 +153,17 @@ class SsoIdentity(models.Model):
         constraints = [models.UniqueConstraint(fields=["issuer", "subject"],
                                                name="sso_identity_one_per_subject")]
         indexes = [models.Index(fields=["email"], name="sso_identity_email_idx",
-                                condition=models.Q(email_verified=True))]
+                                condition=models.Q(email_verified=True)),
+                   models.Index(fields=["object_id"], name="sso_identity_object_id_idx",
+                                condition=~models.Q(object_id=""))]
 
     def __str__(self) -> str:
         return f"{self.user} at {self.issuer}"
 
 
 class ChatIdentity(models.Model):
-    """A chat account (Slack: workspace and user id) that acts as a Tollgate user: matched
+    """A chat account (Slack: workspace and user id; Teams: tenant and Entra object id)
+    that acts as a Tollgate user: matched
     by a verified e-mail from sign-on, or confirmed by the person through a one-time link."""
 
     provider = models.CharField(max_length=20)  # "slack"
@@ -165,7 +172,7 @@ class ChatIdentity(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
                              related_name="chat_identities")
     name = models.CharField(max_length=200, blank=True)  # the chat's handle, for the audit
-    matched_by = models.CharField(max_length=20)  # "email" or "link"
+    matched_by = models.CharField(max_length=20)  # "email", "object id" or "link"
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -180,9 +187,10 @@ class ChatIdentity(models.Model):
 
     @property
     def label(self) -> str:
-        """How the audit names it: "slack:T1/U2 @ann"."""
-        return f"{self.provider}:{self.team}/{self.chat_user}" + (
-            f" @{self.name}" if self.name else "")
+        """How the audit names it: "slack:T1/U2 @ann" (a Slack handle), "teams:<tenant>/
+        <object id> Ann Smith" (a Teams display name)."""
+        name = f"@{self.name}" if self.name and self.provider == "slack" else self.name
+        return f"{self.provider}:{self.team}/{self.chat_user}" + (f" {name}" if name else "")
 
 
 class Passkey(models.Model):

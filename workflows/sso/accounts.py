@@ -125,6 +125,8 @@ def sign_in_user(claims: dict, issuer: str):
             user.groups.add(Group.objects.get_or_create(name=name)[0])
         identity.email, identity.email_verified = (email, True) if verified else ("", False)
         identity.groups = sorted(wanted)
+        identity.object_id = str(claims.get("oid") or "")[:64]
+        identity.tenant_id = str(claims.get("tid") or "")[:64]
         identity.last_sign_in = timezone.now()
         identity.save()
         if settings.TOLLGATE_OIDC_MANAGER_CLAIM:

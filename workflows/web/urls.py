@@ -29,5 +29,6 @@ urlpatterns = [
          name="passkey_challenge"),
     path("sign/complete/", runs.sign_complete, name="sign_complete"),
     path("chat/slack/interactions/", chat.slack_interactions, name="slack_interactions"),
+    path("chat/teams/messages/", chat.teams_messages, name="teams_messages"),
     path("chat/link/<str:token>/", chat.chat_link, name="chat_link"),
 ]

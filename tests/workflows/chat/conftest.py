@@ -2,9 +2,12 @@ from __future__ import annotations
 
 import pytest
 
+from workflows.chat import teams as teams_chat
 from workflows.delivery import outbox
 
 from .fake_slack import SIGNING_SECRET, TOKEN, FakeSlack
+from .fake_teams import FakeTeams
+from .platforms import SlackDriver, TeamsDriver
 
 
 @pytest.fixture
@@ -24,3 +27,32 @@ def slack(settings, live_server, monkeypatch):
     monkeypatch.setattr("workflows.delivery.dispatch.handle_chat_press", fake.doorbells.append)
     yield fake
     fake.stop()
+
+
+@pytest.fixture
+def teams(settings, live_server, monkeypatch):
+    """Tollgate pointed at a fake Teams (Bot Connector, token endpoint, OpenID keys), the qa
+    group's gates going to channel 19:qa@thread.tacv2; as `slack`, the outbox delivered
+    in-process and presses kept as doorbells."""
+    fake = FakeTeams()
+    for name, value in fake.settings().items():
+        setattr(settings, name, value)
+    settings.TOLLGATE_TEAMS_CHANNELS = dict(TeamsDriver.group_channels)
+    settings.TOLLGATE_BASE_URL = live_server.url
+    fake.url = f"{live_server.url}/chat/teams/messages/"
+    fake.doorbells = []
+    monkeypatch.setattr("workflows.delivery.dispatch.deliver_outbox", outbox.deliver)
+    monkeypatch.setattr("workflows.delivery.dispatch.handle_chat_press", fake.doorbells.append)
+    yield fake
+    teams_chat._keys.cache_clear()
+    fake.stop()
+
+
+@pytest.fixture(params=["slack", "teams"])
+def platform(request):
+    """Each chat platform in turn, behind the same driver."""
+    if request.param == "slack":
+        fake = request.getfixturevalue("slack")
+        return SlackDriver(fake, fake.url)
+    fake = request.getfixturevalue("teams")
+    return TeamsDriver(fake, fake.url)

@@ -1,0 +1,143 @@
+"""Teams beyond the contract both platforms keep: the Bot Framework token checked before
+anything is read (signature, issuer, audience, expiry, service URL, tenant); each person's
+view of a card (only people who may decide see Approve and Reject, and the card refreshes by
+itself for them); accounts matched by the Entra object id sign-on gave; values that stay text;
+reminders in the card's thread."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from tests.workflows.helpers import work
+from workflows import clock, deadlines, engine
+from workflows.models import Approval, ChatIdentity, ChatInteraction, SsoIdentity, Step
+from workflows.specs.storage import store_spec
+from workflows.sso.accounts import sign_in_user
+
+from . import fake_teams
+from .fake_teams import TENANT, object_id
+from .platforms import TeamsDriver
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QA = "19:qa@thread.tacv2"
+GATE = {"name": "ship", "params": [{"name": "note", "type": "string"}], "steps": [
+    {"key": "build", "title": "Build", "run": {"command": ["true"]}},
+    {"key": "qa", "title": "QA sign-off", "depends_on": ["build"],
+     "description": "Read the [notes](https://notes.example/{{ params.note }}) for "
+                    "{{ params.note }}.",
+     "approval": {"group": "qa", "timeout_seconds": 3600}}]}
+
+
+@pytest.fixture
+def driver(teams):
+    return TeamsDriver(teams, teams.url)
+
+
+def waiting(people, note="1.2"):
+    store_spec(GATE)
+    run = engine.open_run("ship", actor=people["alice"], params={"note": note}).run
+    work(run, "build")
+    return run, run.steps.get(key="qa")
+
+
+def signed_on(user, name):
+    SsoIdentity.objects.create(user=user, issuer=f"https://login.microsoftonline.com/"
+                               f"{TENANT}/v2.0", subject=f"pairwise-{name}",
+                               object_id=object_id(name), tenant_id=TENANT)
+
+
+def test_a_request_is_refused_unless_the_bot_framework_signed_it_for_this_app(teams, driver,
+                                                                              people):
+    run, gate = waiting(people)
+    bob = teams.member("bob")
+    press = teams.activity(gate, "tollgate.approve", bob)
+    refused = {
+        "no token": teams.send(teams.url, press, token=None),
+        "another key": teams.send(teams.url, press, token=teams.token(
+            key=fake_teams.new_key())),
+        "expired": teams.send(teams.url, press, token=teams.token(expires_in=-600)),
+        "another audience": teams.send(teams.url, press, token=teams.token(
+            audience="another-app")),
+        "another issuer": teams.send(teams.url, press, token=teams.token(
+            issuer="https://evil.example")),
+        "another service": teams.send(teams.url, press, token=teams.token(
+            service_url="https://smba.evil.example/")),
+        "another tenant": teams.send(teams.url, teams.activity(
+            gate, "tollgate.approve", bob, tenant="another-tenant")),
+        "not an activity": teams.send(teams.url, ["approve"]),
+    }
+    assert {why: status for why, (status, _) in refused.items()} == {
+        why: 401 for why in refused}
+    assert "tenant" in refused["another tenant"][1]["error"]
+    assert not ChatInteraction.objects.exists() and not Approval.objects.exists()
+    assert teams.send(teams.url, press)[0] == 200  # the same press, signed as it should be
+
+
+def test_only_people_who_may_decide_see_the_buttons(teams, driver, people):
+    for name in ("bob", "carol", "erin", "alice"):
+        driver.account(name)
+    signed_on(people["bob"], "bob")  # matched by the object id sign-on gave
+    driver.link(people["carol"])
+    driver.link(people["erin"])  # not in qa
+    driver.link(people["alice"])  # opened the run
+    run, gate = waiting(people)
+    [card] = teams.cards(QA)
+    # Everyone's card: no decision buttons; it refreshes by itself for bob and carol.
+    assert "tollgate.approve" not in json.dumps(card)
+    assert sorted(card["refresh"]["userIds"]) == ["29:bob-teams-id", "29:carol-teams-id"]
+    assert card["refresh"]["action"]["verb"] == "tollgate.refresh"
+
+    bob_view = json.dumps(driver.view(gate, "bob")["value"])
+    assert "tollgate.approve" in bob_view and "tollgate.reject" in bob_view
+    assert '"id": "comment"' in bob_view
+    for name, why in (("erin", "qa"), ("alice", "")):
+        view = json.dumps(driver.view(gate, name)["value"])
+        assert "tollgate.approve" not in view and "You cannot decide this" in view
+        assert why in view
+    assert ChatIdentity.objects.get(user=people["bob"]).matched_by == "object id"
+
+    # Once bob decided, his own view no longer offers it, and the card says who.
+    driver.press(gate, "approve", "bob")
+    assert driver.handled() == ["approved by bob"]
+    [card] = teams.cards(QA)
+    assert "bob approved (Teams (Bob Smith))" in json.dumps(card)
+    assert "refresh" not in card  # the gate ended: nothing left to refresh
+
+
+def test_an_account_is_matched_by_its_entra_object_id_from_sign_on(teams, driver, people):
+    claims = {"sub": "pairwise-bob", "oid": object_id("bob"), "tid": TENANT,
+              "email": "bob@acme.test", "email_verified": True}
+    issuer = f"https://login.microsoftonline.com/{TENANT}/v2.0"
+    user = sign_in_user(claims, issuer)
+    identity = SsoIdentity.objects.get(user=user)
+    assert (identity.object_id, identity.tenant_id) == (object_id("bob"), TENANT)
+    user.groups.add(people["bob"].groups.get())
+    run, gate = waiting(people)
+    driver.press(gate, "approve", "bob")
+    assert driver.handled() == [f"approved by {user}"]
+    decision = Approval.objects.get()
+    assert decision.chat_identity == f"teams:{TENANT}/{object_id('bob')} Bob Smith"
+    # Another tenant's account with the same object id is not this person.
+    assert not SsoIdentity.objects.filter(object_id=object_id("bob"),
+                                          tenant_id="another").exists()
+
+
+def test_values_in_the_card_stay_text(teams, driver, people):
+    waiting(people, note="[pay](https://evil.example) **now**")
+    text = json.dumps(teams.cards(QA)[0])
+    assert "[notes](https://notes.example/" in text  # the author's link
+    assert "](https://evil" not in text and "\\\\[pay\\\\]" in text
+    assert "\\\\*\\\\*now\\\\*\\\\*" in text
+
+
+def test_a_reminder_is_said_in_the_cards_thread(teams, driver, people):
+    run, gate = waiting(people)
+    Step.objects.filter(pk=gate.pk).update(remind_at=clock.now() - timedelta(seconds=1))
+    assert deadlines.remind() == 1
+    [(thread, [reminder])] = teams.threads.items()
+    assert thread == f"{QA};messageid={teams.channels[QA][0]['id']}"
+    assert reminder == "Reminder: **QA sign-off** still waits on qa (0 of 1 approval)."
