@@ -26,7 +26,7 @@ class Bench:
     """One backend's run: its settings, the consumers it started, and the results."""
 
     SECTIONS = ("runtime", "fairness", "approvals", "scaleout", "profile", "audit", "pages",
-                "sweeper", "http", "soak", "storage")
+                "sweeper", "http", "chat", "soak", "storage")
 
     def __init__(self, backend: str, env: dict, size: str):
         self.backend, self.env, self.size = backend, env, size

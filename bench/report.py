@@ -167,6 +167,14 @@ def table(results: list[dict]) -> str:
         lambda r: f"{streamed(r)['median']:.0f} / {streamed(r)['max']:.0f} "
                   f"({verdict(streamed(r)['max'], 1000)})",
         "<= 1000")
+    row("chat, 8 at once: /healthz p50 / p95 ms",
+        lambda r: f"{r['chat']['floor_healthz']['p50_ms']:.0f} / "
+                  f"{r['chat']['floor_healthz']['p95_ms']:.0f}")
+    for name, label in (("slack", "Slack"), ("teams", "Teams")):
+        row(f"chat, 8 at once: {label} press answered p50 / p95 ms",
+            lambda r, n=name: f"{r['chat'][n]['p50_ms']:.0f} / {r['chat'][n]['p95_ms']:.0f} "
+                              f"({verdict(r['chat'][n]['p95_ms'], 3000)})",
+            "p95 <= 3000")
     row("soak: consumer RSS MB per round",
         lambda r: " ".join(f"{mb:.0f}" for mb in r["soak"]["rss_mb"]))
     row("soak: growth after warm-up",

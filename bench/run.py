@@ -26,6 +26,7 @@ from bench.report import table  # noqa: E402
 from bench.sections import (  # noqa: E402
     approvals,
     audit,
+    chat,
     fairness,
     http,
     pages,
@@ -41,7 +42,7 @@ MEASURES = {"runtime": runtime.measure, "fairness": fairness.measure,
             "approvals": approvals.measure, "scaleout": scaleout.measure,
             "profile": profile.measure, "pages": pages.measure, "sweeper": sweeper.measure,
             "http": http.measure, "soak": soak.measure, "storage": storage.measure,
-            "audit": audit.measure}
+            "audit": audit.measure, "chat": chat.measure}
 
 
 def child(backend: str, out: Path, size: str, sections: list[str]) -> None:
@@ -101,8 +102,8 @@ def run_sections(bench: Bench, sections) -> dict:
                 bench.guarded(section, partial(MEASURES[section], bench))
         finally:
             bench.stop_consumers()
-    for section in ("scaleout", "profile", "audit", "pages", "sweeper", "http", "soak",
-                    "storage"):
+    for section in ("scaleout", "profile", "audit", "pages", "sweeper", "http", "chat",
+                    "soak", "storage"):
         if section in sections:
             bench.guarded(section, partial(MEASURES[section], bench))
             bench.stop_consumers()  # whatever a failed section left running
