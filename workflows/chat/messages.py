@@ -113,16 +113,16 @@ def sync_gate(chat, gate: Step) -> None:
 def _personal_notes(gate: Step, message) -> dict[int, str]:
     """Who is told directly that the gate waits on them: a person a rule names, and a
     delegate standing in for an approver who is away (for whom, and until when)."""
-    where = f"{gate.title} ({message.run_title}): {message.run_url}"
-    notes = {rule.user_id: f"{where} waits on you." for rule in gate.open_rules
+    run = f"{message.run_title}: {message.run_url}"
+    notes = {rule.user_id: f"{gate.title} waits on you. {run}" for rule in gate.open_rules
              if rule.user_id and rule.user_id in message.deciders}
     now = clock.now()
     for away in (Preference.objects.select_related("user")
                  .filter(user_id__in=message.deciders, delegate_id__in=message.deciders,
                          away_from__lte=now, away_until__gt=now)):
         notes[away.delegate_id] = (
-            f"You decide {where} for {away.user}, who is away until "
-            f"{timezone.localtime(away.away_until):%a %d %b %H:%M %Z}.")
+            f"You decide {gate.title} for {away.user}, who is away until "
+            f"{timezone.localtime(away.away_until):%a %d %b %H:%M %Z}. {run}")
     return notes
 
 

@@ -346,6 +346,8 @@ class Teams:
         if claims["serviceUrl"].rstrip("/") != (activity.service_url or "").rstrip("/"):
             raise Refused("The token was issued for another service URL than the activity's.")
         tenant = _tenant(activity)
+        if not self.tenant:
+            raise Refused("TOLLGATE_TEAMS_TENANT_ID is not set: no tenant's request is taken.")
         if tenant != self.tenant:
             raise Refused(f"The activity comes from another tenant ({tenant or 'none'}).")
         if not activity.id:
@@ -400,10 +402,10 @@ def _tenant(activity: Activity) -> str:
 
 
 def enabled() -> bool:
-    return bool(settings.TOLLGATE_TEAMS_APP_ID and settings.TOLLGATE_TEAMS_APP_PASSWORD
-                and settings.TOLLGATE_TEAMS_TENANT_ID)
+    # Without the tenant every request is refused (verify), and `check` says so (E006).
+    return bool(settings.TOLLGATE_TEAMS_APP_ID and settings.TOLLGATE_TEAMS_APP_PASSWORD)
 
 
 def provider():
-    """Teams, when it is set up (app id, its secret and the tenant), else None."""
+    """Teams, when it is set up (the app's id and secret), else None."""
     return Teams() if enabled() else None

@@ -111,3 +111,17 @@ def audit_timestamps(app_configs, **kwargs):
                       hint="Name the PEM file of the timestamp authority's root "
                            "certificate(s).", id="tollgate.E005")]
     return []
+
+
+@register(Tags.security)
+def teams_tenant(app_configs, **kwargs):
+    """Teams on without its tenant would have to trust any company's directory: a person
+    there could name themselves with one of ours' e-mails."""
+    if (settings.TOLLGATE_TEAMS_APP_ID and settings.TOLLGATE_TEAMS_APP_PASSWORD
+            and not settings.TOLLGATE_TEAMS_TENANT_ID):
+        return [Error("Teams is set up (TOLLGATE_TEAMS_APP_ID and _APP_PASSWORD) without "
+                      "TOLLGATE_TEAMS_TENANT_ID: every Teams request is refused until the "
+                      "tenant is named.",
+                      hint="Set it to the Directory (tenant) ID of the app registration.",
+                      id="tollgate.E006")]
+    return []

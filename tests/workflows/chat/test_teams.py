@@ -141,3 +141,17 @@ def test_a_reminder_is_said_in_the_cards_thread(teams, driver, people):
     [(thread, [reminder])] = teams.threads.items()
     assert thread == f"{QA};messageid={teams.channels[QA][0]['id']}"
     assert reminder == "Reminder: **QA sign-off** still waits on qa (0 of 1 approval)."
+
+
+def test_without_its_tenant_teams_takes_nobodys_request_and_check_says_so(teams, driver,
+                                                                         people, settings):
+    from workflows.ops.checks import teams_tenant
+
+    run, gate = waiting(people)
+    assert teams_tenant(None) == []
+    settings.TOLLGATE_TEAMS_TENANT_ID = ""
+    assert [e.id for e in teams_tenant(None)] == ["tollgate.E006"]
+    status, answer = teams.send(teams.url, teams.activity(gate, "tollgate.approve",
+                                                          teams.member("bob")))
+    assert status == 401 and "TOLLGATE_TEAMS_TENANT_ID" in answer["error"]
+    assert not ChatInteraction.objects.exists()
