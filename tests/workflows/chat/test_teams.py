@@ -155,3 +155,44 @@ def test_without_its_tenant_teams_takes_nobodys_request_and_check_says_so(teams,
                                                           teams.member("bob")))
     assert status == 401 and "TOLLGATE_TEAMS_TENANT_ID" in answer["error"]
     assert not ChatInteraction.objects.exists()
+
+
+def test_a_person_is_matched_by_a_verified_email_or_links_their_account(teams, driver,
+                                                                        people):
+    from django.test import Client
+
+    run, gate = waiting(people)
+    # carol's Teams e-mail is not one sign-on verified: her own view gives her the link,
+    # whose page shows the tenant, object id and name, and she confirms it.
+    people["carol"].email = "carol@acme.test"
+    people["carol"].save()
+    driver.account("carol", email="carol@acme.test")
+    card = driver.view(gate, "carol")["value"]
+    [link] = [a["url"] for a in card["actions"] if a["title"] == "Link your account"]
+    carol = Client()
+    carol.force_login(people["carol"])
+    path = f"/chat/link/{link.split('/chat/link/')[1]}"
+    page = carol.get(path).content.decode()
+    for shown in ("Teams", "Tenant", TENANT, object_id("carol"), "Carol Smith",
+                  "carol@acme.test"):
+        assert shown in page, shown
+    assert carol.post(path).status_code == 200
+    assert "tollgate.approve" in json.dumps(driver.view(gate, "carol")["value"])
+
+    # bob's is the e-mail his sign-on verified: matched at his first press.
+    SsoIdentity.objects.create(user=people["bob"], issuer="https://id.acme.test",
+                               subject="bob", email="bob@acme.test", email_verified=True)
+    driver.account("bob", email="BOB@acme.test")
+    driver.press(gate, "approve", "bob")
+    assert driver.handled() == ["approved by bob"]
+    assert ChatIdentity.objects.get(user=people["bob"]).matched_by == "email"
+
+
+def test_a_person_a_gate_is_reassigned_to_is_told_directly(teams, driver, people):
+    run, gate = waiting(people)
+    driver.link(people["dave"])
+    engine.reassign_gate(run, "qa", actor=people["alice"], reason="qa is away",
+                         person="dave")
+    [note] = driver.told("dave")
+    assert note.startswith("QA sign-off waits on you.") and f"/runs/{run.pk}/" in note
+    assert "tollgate.approve" in json.dumps(driver.view(gate, "dave")["value"])
