@@ -66,11 +66,13 @@ def open_run(
 ) -> Opened:
     """Open a run of a spec (its active version when given by name).
 
-    An idempotency key names one request. `reuse` says what a key already used means:
-    "open" (the default) returns the open run holding it, else opens a new one; "any"
-    returns the latest run that used it, whatever its status; "none" refuses a key any run
-    has used. A run returned is marked reused (and must be the same request, else 409); the
-    database's partial unique index settles races.
+    An idempotency key names one request of one caller, for one spec and goal (none when
+    no goal is given): another spec, goal or caller using the same words names another
+    request, so a key never finds, nor tells of, someone else's run. `reuse` says what a
+    key already used means: "open" (the default) returns the open run holding it, else
+    opens a new one; "any" returns the latest run that used it, whatever its status;
+    "none" refuses a key any run has used. A run returned is marked reused (and must be the
+    same request, else 409); the database's partial unique index settles races.
 
     `next_action`, `kind` and `ref` are the caller's words for the run (what should happen
     next, what sort of run it is, an outside reference to find it by); `parent_step` makes
@@ -115,15 +117,16 @@ def open_run(
         raise refused from None
     request = {"spec": spec, "goal": goal, "title": title, "shared_state": shared_state,
                "params": values if params is not None else None}
+    user, _ = actor_of(actor)
+    scope = {"spec_name": spec.name, "goal": goal, "requested_by": user,
+             "idempotency_key": idempotency_key}
     if idempotency_key:
-        existing = _run_with_key(spec.name, idempotency_key, reuse)
-        _require_own_key(existing, idempotency_key, actor)
+        existing = _run_with_key(scope, reuse)
         if existing and reuse == "none":
             raise IllegalTransition(f"Idempotency key {idempotency_key!r} was used by run "
                                     f"{existing.pk} (reuse none: a key is used once).")
         if existing:
             return _reused(existing, idempotency_key, request)
-    user, _ = actor_of(actor)
     try:
         with transaction.atomic():
             run = Run.objects.create(
@@ -156,10 +159,9 @@ def open_run(
             state.flush()
             run = state.run
     except IntegrityError:
-        existing = _open_run_with_key(spec.name, idempotency_key) if idempotency_key else None
+        existing = _open_run_with_key(scope) if idempotency_key else None
         if existing is None:
             raise
-        _require_own_key(existing, idempotency_key, actor)
         if reuse == "none":
             raise IllegalTransition(f"Idempotency key {idempotency_key!r} was used by run "
                                     f"{existing.pk} (reuse none: a key is used once).") from None
@@ -167,26 +169,10 @@ def open_run(
     return Opened(run, False)
 
 
-def _require_own_key(existing: Run | None, key: str, actor) -> None:
-    """A key held by a run this person may not read answers 409 naming nothing of that run:
-    keys are one namespace, runs are not everyone's to see."""
-    if existing is None or not permissions.is_person(actor):
-        return
-    if existing.requested_by_id != actor.pk and not permissions.readable_runs(
-            actor).filter(pk=existing.pk).exists():
-        raise IllegalTransition(f"Idempotency key {key!r} is already used by another "
-                                "requester's run; choose another key.")
-
-
 def _reused(existing: Run, key: str, request: dict) -> Opened:
-    """The open run a key already names, if this request is the same one; else 409. What a
-    request leaves out (goal, title, shared state) is not compared; the spec always is."""
-    spec, goal = request["spec"], request["goal"]
+    """The run a key already names (of this caller, spec and goal), if this request is the
+    same one; else 409. What a request leaves out (title, shared state) is not compared."""
     differs = []
-    if existing.spec_name != spec.name:
-        differs.append(f"spec ({existing.spec_name}, not {spec.name})")
-    if goal is not None and existing.goal_id != goal.pk:
-        differs.append(f"goal ({existing.goal_id or 'none'}, not {goal.pk})")
     if request["title"] and existing.title != request["title"]:
         differs.append(f"title ({existing.title!r}, not {request['title']!r})")
     if request["shared_state"] is not None:
@@ -251,19 +237,17 @@ def require_added_steps_allowed(actor, steps: list[dict]) -> None:
 REUSE_POLICIES = ("open", "any", "none")
 
 
-def _run_with_key(spec_name: str, key: str, reuse: str) -> Run | None:
-    """The run a key names under a reuse policy: the open one, or (any, none) the latest
-    run that used it, open or not."""
+def _run_with_key(scope: dict, reuse: str) -> Run | None:
+    """The run a key names in its scope (caller, spec, goal) under a reuse policy: the open
+    one, or (any, none) the latest run that used it, open or not."""
     if reuse == "open":
-        return _open_run_with_key(spec_name, key)
-    return _open_run_with_key(spec_name, key) or (
-        Run.objects.filter(idempotency_key=key).order_by("-created_at", "-id").first())
+        return _open_run_with_key(scope)
+    return _open_run_with_key(scope) or (
+        Run.objects.filter(**scope).order_by("-created_at", "-id").first())
 
 
-def _open_run_with_key(spec_name: str, key: str) -> Run | None:
-    """The open run holding this key: of this spec first, else of any other spec."""
-    runs = Run.objects.filter(idempotency_key=key, status__in=OPEN_RUN_STATUSES)
-    return runs.filter(spec_name=spec_name).first() or runs.first()
+def _open_run_with_key(scope: dict) -> Run | None:
+    return Run.objects.filter(**scope, status__in=OPEN_RUN_STATUSES).first()
 
 
 def cancel_run(run, *, actor=None, reason: str = "") -> Checkpoint | None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
-from django.db.models.functions import Concat, Lower
+from django.db.models import Q, Value
+from django.db.models.functions import Coalesce, Concat, Lower
 from django.utils import timezone
 
 from goals.models import Priority
@@ -164,12 +164,14 @@ class Run(models.Model):
                          condition=Q(claimable_at__isnull=False), name="run_claim_order_idx"),
         ]
         constraints = [
-            # One key, one open run, whatever its spec: the rule open_run keeps, held by
-            # the database when two starts race.
+            # One key, one open run, in a key's scope (its caller, spec and goal): the rule
+            # open_run keeps, held by the database when two starts race (no caller or no
+            # goal is one scope of its own, hence the coalesce).
             models.UniqueConstraint(
-                fields=["idempotency_key"],
+                Coalesce("requested_by", Value(0)), "spec_name", Coalesce("goal", Value(0)),
+                "idempotency_key",
                 condition=Q(status__in=OPEN_RUN_STATUSES) & ~Q(idempotency_key=""),
-                name="run_one_open_per_key",
+                name="run_one_open_per_key_in_scope",
             ),
             models.CheckConstraint(condition=Q(steps_done__lte=models.F("steps_total")),
                                    name="run_steps_done_within_total"),
