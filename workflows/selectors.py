@@ -9,7 +9,7 @@ from django.db.models import Count, F, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
 from .audit import seals
-from .engine import NotFound
+from .engine import InvalidInput, NotFound
 from .engine.rules import next_move, ready_steps
 from .engine.sql import CompiledQuery
 from .models import (
@@ -220,7 +220,8 @@ def spec_detail(name: str, *, reveal: bool = False) -> dict | None:
 
 
 TIMELINE_COLUMNS = ["seq", "at", "kind", "step", "actor", "run_status", "step_status",
-                    "summary"]
+                    "label", "summary", "evidence", "state_patch", "state", "step_id",
+                    "actor_id", "prev_hash", "hash"]
 DECISION_COLUMNS = ["at", "run", "run_title", "step", "step_title", "attempt", "user",
                     "decision", "group", "comment", "values", "waited_seconds", "channel",
                     "chat_identity", "for_user", "rule", "signature_meaning", "signer_name",
@@ -228,7 +229,9 @@ DECISION_COLUMNS = ["at", "run", "run_title", "step", "step_title", "attempt", "
 
 
 def run_audit(run: Run) -> dict:
-    """A run's timeline and decisions, as plain values for JSON and CSV."""
+    """A run's timeline (each checkpoint with every field it has, and the shared state as
+    it stood after it) and decisions, as plain values for JSON and CSV."""
+    checkpoints = list(timeline(run))
     timeline_rows = [{"seq": c.seq, "at": c.at.isoformat(), "kind": c.kind,
                       "step": c.step_key or None, "actor": c.actor_name,
                       "run_status": c.run_status, "step_status": c.step_status,
@@ -236,7 +239,8 @@ def run_audit(run: Run) -> dict:
                       "state_patch": c.state_patch, "label": c.label,
                       # What the audit chain hashes besides: scripts/verify-audit-export.
                       "step_id": c.step_id, "actor_id": c.actor_id,
-                      "prev_hash": c.prev_hash, "hash": c.hash} for c in timeline(run)]
+                      "prev_hash": c.prev_hash, "hash": c.hash, "state": state}
+                     for c, state in zip(checkpoints, states_after(checkpoints), strict=True)]
     return {"run": run.pk, "title": run.title, "spec": run.spec_name,
             "chain_head": run.chain_head, "timeline": timeline_rows,
             "decisions": list(decision_rows(Approval.objects.filter(step__run=run))),
@@ -245,6 +249,35 @@ def run_audit(run: Run) -> dict:
                        "digest": s.digest, "signature": s.signature, "key_id": s.key_id}
                       for s in AuditSeal.objects.filter(run_id=run.pk).order_by("pk")],
             "public_key": seals.public_pem()}
+
+
+def _after(state: dict, checkpoint) -> dict:
+    """The shared state after a checkpoint, from the state before it: its patch merged, or
+    (a report that replaced the state) its patch alone."""
+    if (checkpoint.evidence or {}).get("shared_state_replaced"):
+        return dict(checkpoint.state_patch or {})
+    return {**state, **(checkpoint.state_patch or {})}
+
+
+def states_after(checkpoints):
+    """The shared state as it stood after each checkpoint (in seq order, from the first)."""
+    state: dict = {}
+    for checkpoint in checkpoints:
+        state = _after(state, checkpoint)
+        yield state
+
+
+def state_at(run: Run, seq: int) -> dict:
+    """The run's shared state as it stood after its checkpoint `seq` (InvalidInput when the
+    run has no such checkpoint)."""
+    if not 1 <= seq <= run.checkpoint_seq:
+        raise InvalidInput(f"Run {run.pk} has checkpoints 1 to {run.checkpoint_seq}; "
+                           f"there is no {seq}.")
+    state: dict = {}
+    for checkpoint in (Checkpoint.objects.filter(run=run, seq__lte=seq)
+                       .only("seq", "state_patch", "evidence").order_by("seq")):
+        state = _after(state, checkpoint)
+    return state
 
 
 def audit_rows(audit: dict) -> tuple[list[str], list[list]]:

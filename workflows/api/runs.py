@@ -94,7 +94,9 @@ FOREIGN_TRANSITION_FIELDS = {
 
 
 class TransitionIn(Input):
-    step: str = Field(min_length=1, max_length=100)
+    step: str | None = Field(None, min_length=1, max_length=100,
+                             description="the step reported on; without it, a note on the "
+                                         "run (a checkpoint that moves no status)")
     step_status: Literal[tuple(map(str, engine.AGENT_STATUSES))] | None = None
     summary: str = Field("", max_length=10000)
     evidence: dict[str, Any] | None = None
@@ -201,6 +203,15 @@ def timeline(request, run_id: Id,
         newest_first=order == "newest", limit=limit)]
 
 
+@router.get("/runs/{run_id}/state", response={200: dict[str, Any], 400: Error, 401: Error,
+                                             404: Error},
+            summary="The shared state now, or as it stood after a checkpoint")
+def run_state(request, run_id: Id, at: int | None = Query(
+        None, ge=1, description="a checkpoint's seq: the state as it stood after it")):
+    run = get_run(request, run_id)
+    return run.shared_state if at is None else selectors.state_at(run, at)
+
+
 @router.get("/runs/{run_id}/resume", response={200: ResumeOut, 400: Error, 401: Error, 404: Error},
          summary="Where the run stands and what would move it on")
 def resume(request, run_id: Id):
@@ -210,9 +221,18 @@ def resume(request, run_id: Id):
 @router.post("/runs/{run_id}/transition",
           response={200: TransitionOut, 400: Error, 401: Error, 403: Error, 404: Error,
                     409: Error},
-          summary="Report progress on a step the caller performs itself")
+          summary="Report progress on a step the caller performs itself, or note on the run")
 def transition(request, run_id: Id, payload: TransitionIn):
     run = get_run(request, run_id)
+    if payload.step is None:
+        if payload.step_status or payload.blocker_reason:
+            raise engine.InvalidInput("step_status and blocker_reason are a step's: name the "
+                                      "step (a report without one is a note on the run).")
+        checkpoint = engine.record_note(
+            run, actor=request.user, summary=payload.summary, evidence=payload.evidence,
+            state_patch=payload.state_patch, label=payload.label,
+            next_action=payload.next_action, shared_state_mode=payload.shared_state_mode)
+        return {"checkpoint": checkpoint_out(checkpoint), "run": fresh_run(request, run.pk)}
     checkpoint = engine.record_transition(
         run, payload.step, actor=request.user, step_status=payload.step_status,
         summary=payload.summary, evidence=payload.evidence, state_patch=payload.state_patch,

@@ -49,6 +49,10 @@ class StepOut(Schema):
     started_at: datetime | None
     finished_at: datetime | None
     last_summary: str
+    last_evidence: dict[str, Any] = Field(description="the evidence of its latest report")
+    last_state_patch: dict[str, Any] = Field(description="what its latest report merged "
+                                                         "into the shared state")
+    duration_seconds: float | None = Field(description="its attempt's, to now if running")
     evidence_digest: str = Field(
         "", description="a waiting gate's digest of what its approvers decide on (params, "
                         "shared state, spec version, the gate's spec); send it back as "
@@ -80,6 +84,8 @@ class RunOut(Schema):
     kind: str
     ref: str
     blocker_reason: str
+    last_label: str = Field(description="the label of its latest labelled checkpoint")
+    duration_seconds: float = Field(description="from opening to its end, or to now")
     parent: ParentOut | None = Field(None, description="for a child run: the run and step "
                                                        "that opened it and wait for it")
     created_at: datetime
@@ -112,7 +118,7 @@ def run_out(run: Run, *, steps=None, reused: bool = False) -> dict:
     data = {f: getattr(run, f) for f in (
         "id", "title", "status", "priority", "idempotency_key", "shared_state", "params",
         "current_step", "error", "kind", "ref", "blocker_reason", "created_at", "started_at",
-        "finished_at")}
+        "finished_at", "last_label", "duration_seconds")}
     data.update(spec=run.spec_name, spec_version=run.spec.version, goal=run.goal_id,
                 next_action=run.what_next,
                 parent={"run": run.parent_step.run_id, "step": run.parent_step.key}

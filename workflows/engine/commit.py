@@ -98,6 +98,8 @@ def commit(state: RunState, kind: str, *, actor, step: Step | None = None, summa
         evidence = {**(evidence or {}), "gates_opened": gates}
     if children := _children_to_cancel(run, frontier, failed, step):
         evidence = {**(evidence or {}), "children": children}
+    if label:
+        run.last_label = label
     user, name = actor_of(actor)
     checkpoint = state.append(
         kind=kind, step=step, run_status=run.status, step_status=step.status if step else "",

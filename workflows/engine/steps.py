@@ -511,6 +511,42 @@ def record_transition(run, key: str, *, actor=None, step_status: str | None = No
                       evidence=evidence, state_patch=patch, label=label)
 
 
+def record_note(run, *, actor=None, summary: str = "", evidence=None, state_patch=None,
+                label: str = "", next_action: str | None = None,
+                shared_state_mode: str = "merge") -> Checkpoint:
+    """A checkpoint on the run itself, naming no step: a note (summary, label, evidence)
+    and, if given, the shared state's patch and the run's next action. No status moves."""
+    if shared_state_mode not in STATE_MODES:
+        raise InvalidInput(f"shared_state_mode must be merge or replace, got "
+                           f"{shared_state_mode!r}.")
+    if shared_state_mode == "replace" and state_patch is None:
+        raise InvalidInput("shared_state_mode replace needs state_patch: the whole new state.")
+    summary = check_text(summary, "summary", 10000)
+    label = check_text(label, "label", 100)
+    if next_action is not None:
+        next_action = check_text(next_action, "next_action", 500)
+    if evidence is not None and not isinstance(evidence, dict):
+        raise InvalidInput("evidence must be a JSON object.")
+    check_value(evidence, "evidence")
+    if not (summary or label or evidence or state_patch or next_action is not None):
+        raise InvalidInput("A note on the run needs a summary, a label, evidence, a state "
+                           "patch or a next action (or name the step it is about).")
+    with locked(run) as state:
+        run = state.run
+        require_requester_or_operator(actor, run, "note on")
+        require_open(run, "note on it")
+        require_not_policy(run, state_patch, replace=shared_state_mode == "replace")
+        patch = (replace_state(run, state_patch) if shared_state_mode == "replace"
+                 else merge_state(run, state_patch))
+        if next_action is not None:
+            run.caller_next_action = next_action
+        if shared_state_mode == "replace":
+            evidence = {**(evidence or {}), "shared_state_replaced": True}
+        return commit(state, CheckpointKind.RUN_NOTE, actor=actor,
+                      summary=summary or label or "Note on the run", evidence=evidence,
+                      state_patch=patch, label=label)
+
+
 def renew_leases(leases: dict[int, str], seconds: float) -> set[int]:
     """Extend the live leases among {step id: token}; returns the ids still held. One
     round trip for every step a consumer process runs."""

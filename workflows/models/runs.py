@@ -104,6 +104,8 @@ class Run(models.Model):
         related_name="requested_runs",
     )
     idempotency_key = models.CharField(max_length=200, blank=True)
+    # The label of the run's latest labelled checkpoint (where an agent says it stands).
+    last_label = models.CharField(max_length=100, blank=True, default="", db_default="")
     shared_state = models.JSONField(default=dict, blank=True)
     # The spec's typed run parameters, as validated when the run started.
     params = models.JSONField(default=dict, blank=True)
@@ -193,6 +195,11 @@ class Run(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_RUN_STATUSES
+
+    @property
+    def duration_seconds(self) -> float:
+        """From opening to its end, or to now while it is open."""
+        return ((self.finished_at or timezone.now()) - self.created_at).total_seconds()
 
 
 # What decides a run's status and next move: open steps, hard failures, gates whose
@@ -397,6 +404,15 @@ class Step(HeldByProcess):
             return self.finished_at - self.started_at
         return None
 
+    @property
+    def duration_seconds(self) -> float | None:
+        """Its current attempt's, from its start (a gate: since it began waiting) to its end
+        or to now (None: not started)."""
+        began = self.started_at or self.waiting_since
+        if began is None:
+            return None
+        return ((self.finished_at or timezone.now()) - began).total_seconds()
+
 
 class CompensationStatus(models.TextChoices):
     PENDING = "pending"
@@ -560,6 +576,7 @@ class CheckpointKind(models.TextChoices):
     SWEEP_FAILED = "sweep_failed"
     CHILD_STARTED = "child_started", "child run opened"
     CHILD_ENDED = "child_ended", "child run ended"
+    RUN_NOTE = "run_note", "note on the run"
 
 
 class CheckpointQuerySet(models.QuerySet):
