@@ -6,6 +6,8 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.db import transaction
+from django.db.models import Max
+from django.db.models.functions import Coalesce, Greatest
 from django.http import Http404
 from ninja import Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
@@ -113,6 +115,13 @@ def _parent(pk: int | None) -> Goal | None:
     return parent
 
 
+def _by_activity(goals):
+    """Latest activity first: the goal's own change or its runs' latest move, whichever
+    came last (one grouped join)."""
+    latest = Greatest("updated_at", Coalesce(Max("runs__updated_at"), "updated_at"))
+    return goals.annotate(last_activity=latest).order_by("-last_activity", "-pk")
+
+
 @router.get("/goals", response={200: list[GoalOut], 400: Error, 401: Error},
          summary="List goals with their subtree rollups")
 def list_goals(request, status: list[GoalStatusName] = Query(
@@ -121,8 +130,13 @@ def list_goals(request, status: list[GoalStatusName] = Query(
                                                      "blocked); by default every goal"),
                parent: int | None = Query(None, ge=0, le=MAX_ID,
                                           description="0 lists root goals"),
+               sort: Literal["title", "activity"] = Query(
+                   "title", description="by title, or latest activity (the goal's or any "
+                                        "of its runs') first"),
                limit: int = Query(100, ge=1, le=500), offset: int = Query(0, ge=0, le=MAX_ID)):
     goals = Goal.objects.select_related("owner").order_by("title", "pk")
+    if sort == "activity":
+        goals = _by_activity(goals)
     if status:
         goals = goals.filter(status__in=status)
     if open:

@@ -171,6 +171,8 @@ def list_runs(request, status: list[RunStatusName] = Query(
               requester: str = Query("", max_length=150),
               opened_from: str | None = Day(), opened_to: str | None = Day(),
               finished_from: str | None = Day(), finished_to: str | None = Day(),
+              sort: Literal["created", "activity"] = Query(
+                  "created", description="newest opened first, or latest activity first"),
               limit: int = Query(50, ge=1, le=200), offset: int = Query(0, ge=0, le=MAX_ID)):
     days = {}
     for name, value in (("opened_from", opened_from), ("opened_to", opened_to),
@@ -180,7 +182,8 @@ def list_runs(request, status: list[RunStatusName] = Query(
             raise HttpError(400, f"{name}: {value!r} is not a date (YYYY-MM-DD).")
     runs = readable_runs(request.user, selectors.runs(
         status=status or [], spec=spec or "", goal=goal, q=q, requester=requester,
-        open_only=open, kind=kind, ref=ref, parent=parent, schedule=schedule, **days))
+        open_only=open, kind=kind, ref=ref, parent=parent, schedule=schedule, sort=sort,
+        **days))
     return {"count": runs.count(), "results": [run_out(r) for r in runs[offset:offset + limit]]}
 
 

@@ -20,6 +20,8 @@ class Command(BaseCommand):
                             help="the runs this run's steps opened")
         parser.add_argument("--schedule", type=int, metavar="SCHEDULE_ID",
                             help="the runs this schedule started")
+        parser.add_argument("--sort", choices=["created", "activity"], default="created",
+                            help="newest opened first (default), or latest activity first")
         parser.add_argument("--limit", type=int, default=50)
 
     def handle(self, *args, **options):
@@ -30,11 +32,14 @@ class Command(BaseCommand):
         runs = selectors.runs(status=options["status"] or [], spec=options["spec"] or "",
                               goal=options["goal"], open_only=options["open"],
                               ref=options["ref"], kind=options["kind"],
-                              parent=options["parent"], schedule=options["schedule"])
+                              parent=options["parent"], schedule=options["schedule"],
+                              sort=options["sort"])
         rows = list(runs[: max(options["limit"], 1)])
-        self.stdout.write(f"{'ID':>6}  {'STATUS':<16}  {'SPEC':<20}  {'CREATED':<16}  NEXT")
+        self.stdout.write(f"{'ID':>6}  {'STATUS':<16}  {'SPEC':<20}  {'CREATED':<16}  "
+                          f"{'ACTIVE':<16}  NEXT")
         for run in rows:
             self.stdout.write(f"{run.pk:>6}  {run.status:<16}  {str(run.spec):<20}  "
-                              f"{run.created_at:%Y-%m-%d %H:%M}  {run.what_next}")
+                              f"{run.created_at:%Y-%m-%d %H:%M}  "
+                              f"{run.updated_at:%Y-%m-%d %H:%M}  {run.what_next}")
         if not rows:
             self.stdout.write("(no runs)")

@@ -180,7 +180,7 @@ def _run_update(request, pk: int, seen: int):
 @require_GET
 def run_list(request):
     names = ("q", "status", "spec", "goal", "requester", "opened_from", "opened_to",
-             "finished_from", "finished_to", "mine", "parent", "schedule")
+             "finished_from", "finished_to", "mine", "parent", "schedule", "sort")
     # A NUL cannot be searched for (PostgreSQL refuses it in text): it is dropped.
     filters = {key: request.GET.get(key, "").replace("\x00", "").strip()[:200]
                for key in names}
@@ -201,9 +201,13 @@ def run_list(request):
             if filters[key]:
                 bad_days.append(f"{key.replace('_', ' ')} {filters[key]!r}")
             filters[key] = ""  # not a date: ignored (said so), and not kept in the form
+    if filters["sort"] not in ("", "activity"):
+        bad.append(f"sort {filters['sort']!r} is not a sort (activity, or none: newest first)")
+        filters["sort"] = ""
     runs = selectors.runs(status=filters["status"], spec=filters["spec"], goal=ids["goal"],
                           parent=ids["parent"], schedule=ids["schedule"],
-                          q=filters["q"], requester=filters["requester"], **days)
+                          q=filters["q"], requester=filters["requester"],
+                          sort=filters["sort"] or "created", **days)
     runs = readable_runs(request.user, runs)
     if filters["mine"]:
         runs = runs.filter(pk__in=decidable_by(request.user).values("run_id"))
