@@ -30,6 +30,7 @@ from .models import (
 
 OPERATE = "workflows.operate_run"
 START = "workflows.add_run"
+OPEN_FOR_OTHERS = "workflows.open_run_for_others"
 LOAD_SPECS = "workflows.add_workflowspec"
 # Specs that run programs on the workers (`command` or `shell`) need a permission of their own.
 AUTHOR_COMMANDS = "workflows.author_command_spec"

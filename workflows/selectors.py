@@ -61,7 +61,8 @@ def runs(*, status: str | list[str] = "", spec: str = "", goal: int | None = Non
     `ref` is an outside reference exactly; the dates are inclusive days."""
     # By activity is a top-N sort of the filtered runs, on no index: an index on the column
     # every transition writes would cost every step an index write of its own.
-    found = Run.objects.select_related("spec", "goal", "requested_by", "parent_step").order_by(
+    found = Run.objects.select_related("spec", "goal", "requested_by", "opened_by",
+                                       "parent_step").order_by(
         *(("-updated_at", "-id") if sort == "activity" else ("-created_at", "-id")))
     if kind:
         found = found.filter(kind=kind)

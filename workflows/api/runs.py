@@ -53,6 +53,9 @@ class RunIn(Input):
     kind: str = Field("", max_length=50, description="what sort of run this is")
     ref: str = Field("", max_length=200, description="an outside reference (a ticket, a "
                                                      "session id) to find the run by")
+    owner: str | None = Field(None, max_length=150, description=(
+        "open it for this person (a username), who is then its requester: four-eyes keeps "
+        "them from deciding it. Needs the permission to open runs on someone else's behalf"))
     steps: list[dict[str, Any] | str] | None = Field(
         None, description="inline steps: a one-off version of the spec named by `spec`, "
                           "validated and authorised like any spec")
@@ -149,7 +152,7 @@ def create_run(request, payload: RunIn):
                                  shared_state=payload.shared_state, title=payload.title,
                                  params=payload.params, priority=payload.priority,
                                  reuse=payload.reuse, next_action=payload.next_action,
-                                 kind=payload.kind, ref=payload.ref)
+                                 kind=payload.kind, ref=payload.ref, owner=payload.owner)
     return Status(200 if opened.reused else 201,
                   fresh_run(request, opened.run.pk, reused=opened.reused))
 

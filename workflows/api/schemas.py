@@ -24,7 +24,7 @@ SpecStatusName = Literal[tuple(SpecStatus.values)]
 def get_run(request, pk: int) -> Run:
     """The run, if it exists and the caller may read it (else 404: not even that it exists)."""
     run = (readable_runs(request.user).select_related("spec", "goal", "requested_by",
-                                                     "parent_step")
+                                                     "opened_by", "parent_step")
            .filter(pk=pk).first())
     if run is None:
         raise Http404(f"Run {pk} does not exist.")
@@ -75,6 +75,8 @@ class RunOut(Schema):
     status: RunStatusName
     priority: str
     requested_by: str | None
+    opened_by: str | None = Field(None, description="who opened it for its requester, "
+                                                    "when that was someone else")
     idempotency_key: str
     shared_state: dict[str, Any]
     params: dict[str, Any]
@@ -124,6 +126,7 @@ def run_out(run: Run, *, steps=None, reused: bool = False) -> dict:
                 parent={"run": run.parent_step.run_id, "step": run.parent_step.key}
                 if run.parent_step_id else None,
                 requested_by=run.requested_by.get_username() if run.requested_by else None,
+                opened_by=run.opened_by.get_username() if run.opened_by_id else None,
                 reused_existing=reused)
     if steps is not None:
         data["steps"] = [{f: getattr(s, "child_run_id" if f == "child_run" else f)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
@@ -63,6 +64,7 @@ def open_run(
     kind: str = "",
     ref: str = "",
     parent_step: Step | None = None,
+    owner=None,
 ) -> Opened:
     """Open a run of a spec (its active version when given by name).
 
@@ -76,7 +78,9 @@ def open_run(
 
     `next_action`, `kind` and `ref` are the caller's words for the run (what should happen
     next, what sort of run it is, an outside reference to find it by); `parent_step` makes
-    it a child run that step waits for (engine.children).
+    it a child run that step waits for (engine.children). `owner` (a user or a username)
+    opens it for someone else, who is then its requester (four-eyes keeps them from
+    deciding it): a person needs the permission to open runs on someone else's behalf.
     """
     if reuse not in REUSE_POLICIES:
         raise InvalidInput(f"reuse must be one of {', '.join(REUSE_POLICIES)}, got {reuse!r}.")
@@ -118,7 +122,9 @@ def open_run(
     request = {"spec": spec, "goal": goal, "title": title, "shared_state": shared_state,
                "params": values if params is not None else None}
     user, _ = actor_of(actor)
-    scope = {"spec_name": spec.name, "goal": goal, "requested_by": user,
+    owner = _owner(owner, actor)
+    requester = owner or user
+    scope = {"spec_name": spec.name, "goal": goal, "requested_by": requester,
              "idempotency_key": idempotency_key}
     if idempotency_key:
         existing = _run_with_key(scope, reuse)
@@ -136,7 +142,8 @@ def open_run(
                 goal=goal,
                 title=title or spec.description or spec.name,
                 priority=priority or (goal.priority if goal else "normal"),
-                requested_by=user,
+                requested_by=requester,
+                opened_by=user if owner is not None else None,
                 idempotency_key=idempotency_key,
                 shared_state=shared_state or {},
                 params=values,
@@ -149,10 +156,12 @@ def open_run(
             insert_steps(_new_steps(run, spec.definition["steps"]))
             state = load(run.pk)
             opened = {**({"params": values} if values else {}),
+                      **({"opened_for": owner.get_username()} if owner else {}),
                       **({"parent": {"run": parent_step.run_id, "step": parent_step.key}}
                          if parent_step else {})}
             commit(state, CheckpointKind.RUN_OPENED, actor=actor,
-                   summary=f"Opened {spec} run" + (f" under goal “{goal.title}”" if goal else "")
+                   summary=f"Opened {spec} run" + (f" for {owner}" if owner else "")
+                   + (f" under goal “{goal.title}”" if goal else "")
                    + (f" for step {parent_step.key} of run {parent_step.run_id}"
                       if parent_step else ""),
                    state_patch=shared_state or {}, evidence=opened or None)
@@ -167,6 +176,27 @@ def open_run(
                                     f"{existing.pk} (reuse none: a key is used once).") from None
         return _reused(existing, idempotency_key, request)
     return Opened(run, False)
+
+
+def _owner(owner, actor):
+    """The person a run is opened for (None: for whoever opens it). Opening for someone
+    else is a permission of its own; a command (no person) may."""
+    if owner in (None, ""):
+        return None
+    User = get_user_model()
+    if not isinstance(owner, User):
+        owner = User.objects.filter(username=owner).first()
+        if owner is None:
+            raise InvalidInput("owner: no such user.")
+    if not owner.is_active:
+        raise InvalidInput(f"owner: {owner.get_username()} is disabled.")
+    if permissions.is_person(actor) and owner.pk == actor.pk:
+        return None
+    if permissions.is_person(actor) and not permissions.has(actor, permissions.OPEN_FOR_OTHERS):
+        raise NotPermitted(f"{actor.get_username()} may not open runs for someone else "
+                           "(that needs the permission to open runs on someone else's "
+                           "behalf).")
+    return owner
 
 
 def _reused(existing: Run, key: str, request: dict) -> Opened:

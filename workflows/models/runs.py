@@ -104,6 +104,10 @@ class Run(models.Model):
         related_name="requested_runs",
     )
     idempotency_key = models.CharField(max_length=200, blank=True)
+    # Who opened it, when someone opened it for the requester (an operator's "for bob"):
+    # the requester is whom four-eyes keeps from deciding it.
+    opened_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                  on_delete=models.SET_NULL, related_name="runs_opened_for_others")
     # The label of the run's latest labelled checkpoint (where an agent says it stands).
     last_label = models.CharField(max_length=100, blank=True, default="", db_default="")
     shared_state = models.JSONField(default=dict, blank=True)
@@ -150,7 +154,8 @@ class Run(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        permissions = [("operate_run", "Can retry, skip, cancel and recover runs")]
+        permissions = [("operate_run", "Can retry, skip, cancel and recover runs"),
+                       ("open_run_for_others", "Can open runs on someone else's behalf")]
         indexes = [
             models.Index(fields=["status", "-created_at"]),
             # The runs page and GET /api/runs, newest first: read in order, not sorted.

@@ -42,6 +42,9 @@ class Command(BaseCommand):
         parser.add_argument("--kind", default="", help="what sort of run this is")
         parser.add_argument("--ref", default="", metavar="REF",
                             help="an outside reference (a ticket, a session id) to find it by")
+        parser.add_argument("--owner", default="", metavar="USERNAME",
+                            help="open it for this person: its requester (four-eyes keeps "
+                                 "them from deciding it)")
         parser.add_argument("--steps", default="", metavar="FILE",
                             help="inline steps (a JSON list, or a spec file's steps): a one-off "
                                  "version of SPEC_NAME")
@@ -71,7 +74,7 @@ class Command(BaseCommand):
                     title=options["title"], params=params if options["param"] else None,
                     priority=options["priority"], reuse=options["reuse"],
                     next_action=options["next_action"], kind=options["kind"],
-                    ref=options["ref"],
+                    ref=options["ref"], owner=options["owner"] or None,
                 )
         except (engine.WorkflowError, SpecError) as exc:
             raise CommandError(str(exc)) from None

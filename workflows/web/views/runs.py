@@ -77,7 +77,7 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
     """
     watching = polls.run_versions(request, run_id)  # before the rows
     run = get_object_or_404(readable_runs(request.user).select_related(
-        "spec", "goal", "requested_by", "parent_step"), pk=run_id)
+        "spec", "goal", "requested_by", "opened_by", "parent_step"), pk=run_id)
     steps = list(run.steps.order_by("index"))
     approvals = list(Approval.objects.filter(step__run=run).select_related("user"))
     whole = request.GET.get("timeline") == "all"
