@@ -321,8 +321,8 @@ class ScheduleForm(forms.ModelForm):
     class Meta:
         model = Schedule
         fields = ["name", "spec_name", "goal", "cron", "interval_seconds", "timezone", "enabled",
-                  "overlap", "missed", "reuse", "shared_state", "params", "next_run_at",
-                  "created_at"]
+                  "overlap", "missed", "reuse", "retry_limit", "retry_delay_seconds",
+                  "shared_state", "params", "next_run_at", "until", "created_at"]
 
     actor = None  # the signed-in user, set by the admin: scheduling runs has its own rules
 
@@ -365,8 +365,10 @@ class ScheduleAdmin(admin.ModelAdmin):
 
         fires = obj.fires.select_related("run").order_by("-slot_at")[:RECENT_SLOTS]
         rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", (
-            (f"{fire.slot_at:%Y-%m-%d %H:%M}", fire.get_outcome_display(), fire.reason,
-             f"#{fire.run_id}" if fire.run_id else "") for fire in fires))
+            (f"{fire.slot_at:%Y-%m-%d %H:%M}",
+             fire.get_outcome_display() + (f" ({fire.run.get_status_display().lower()})"
+                                           if fire.run_id else ""),
+             fire.reason, f"#{fire.run_id}" if fire.run_id else "") for fire in fires))
         if not rows:
             return "none yet"
         return format_html("<table><tr><th>Slot</th><th>Outcome</th><th>Reason</th>"

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 from croniter import croniter
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F
 
 from workflows.specs.storage import require_program_author
 
@@ -25,6 +26,7 @@ from .models import (
     FireOutcome,
     MissedPolicy,
     OverlapPolicy,
+    RunStatus,
     Schedule,
     ScheduleFire,
     SpecStatus,
@@ -99,6 +101,11 @@ def tick(now: datetime | None = None) -> TickReport:
             fire(schedule_id, now, report)
         except Exception:  # one broken schedule must not stop the others
             log.exception("Could not start schedule %s", schedule_id)
+    for fire_id in due_retries(now):
+        try:
+            retry(fire_id, now, report)
+        except Exception:
+            log.exception("Could not open slot %s again", fire_id)
     # A new schedule gets its first slot here.
     for schedule in Schedule.objects.filter(enabled=True, next_run_at__isnull=True)[:500]:
         Schedule.objects.filter(pk=schedule.pk, next_run_at__isnull=True).update(
@@ -162,6 +169,57 @@ def fire(schedule_id: int, now: datetime, report: TickReport) -> None:
                                      "last_run"])
         if schedule.until and schedule.next_run_at > schedule.until:
             _end(schedule)
+
+
+RETRY_WINDOW = timedelta(days=7)  # older slots are not looked at again
+
+
+def due_retries(now: datetime, limit: int = 200) -> list[int]:
+    """Slots whose run failed, of enabled schedules with retries left, whose delay has
+    passed (the seed's retryScheduledFor): the last week's, oldest failure first."""
+    fires = (ScheduleFire.objects.filter(
+        slot_at__gte=now - RETRY_WINDOW, schedule__enabled=True,
+        schedule__retry_limit__gt=F("retries"), run__status=RunStatus.FAILED)
+        .order_by("run__finished_at")
+        .values_list("pk", "run__finished_at", "schedule__retry_delay_seconds")[:limit])
+    return [pk for pk, failed_at, delay in fires
+            if failed_at and failed_at + timedelta(seconds=delay) <= now]
+
+
+def retry(fire_id: int, now: datetime, report: TickReport) -> int | None:
+    """Open a failed slot's run again (one more of its schedule's retries), as a new run
+    under the slot's key with the retry's number; the slot then names that run."""
+    with transaction.atomic():
+        fired = (ScheduleFire.objects.select_for_update(of=("self",))
+                 .select_related("schedule", "run", "schedule__goal")
+                 .filter(pk=fire_id, run__status=RunStatus.FAILED).first())
+        schedule = fired.schedule if fired else None
+        if fired is None or fired.retries >= schedule.retry_limit or not schedule.enabled:
+            return None  # another tick took it, or nothing is left to do
+        failed, number = fired.run, fired.retries + 1
+        goal = schedule.goal if schedule.goal and not schedule.goal.is_closed else None
+        try:
+            with transaction.atomic():
+                opened = engine.open_run(
+                    schedule.spec_name, actor=f"schedule {schedule.name}", goal=goal,
+                    idempotency_key=f"{slot_key(schedule.pk, fired.slot_at)}:retry-{number}",
+                    shared_state={**schedule.shared_state,
+                                  "scheduled_for": fired.slot_at.isoformat(),
+                                  "retry_of": failed.pk, "retry": number},
+                    title=f"{schedule.name} {fired.slot_at:%Y-%m-%d %H:%M} "
+                          f"(retry {number} of {schedule.retry_limit})",
+                    params=schedule.params or None, reuse=schedule.reuse)
+        except engine.WorkflowError as exc:
+            fired.retries = number
+            fired.reason = f"retry {number} not opened: {exc}"[:300]
+            fired.save(update_fields=["retries", "reason"])
+            return None
+        fired.run, fired.retries = opened.run, number
+        fired.reason = (f"retry {number} of {schedule.retry_limit}: run {failed.pk} "
+                        f"failed")[:300]
+        fired.save(update_fields=["run", "retries", "reason"])
+    report.started.append(opened.run.pk)
+    return opened.run.pk
 
 
 def _end(schedule: Schedule) -> None:

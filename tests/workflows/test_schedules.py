@@ -177,3 +177,78 @@ def test_missed_slots_say_the_policy_that_handled_them(release_spec):
     reasons = set(ScheduleFire.objects.filter(outcome="missed").values_list("reason",
                                                                             flat=True))
     assert reasons and all("(missed: skip)" in reason for reason in reasons), reasons
+
+
+FLAKY = {"name": "flaky", "steps": [{"key": "work", "title": "Work"}]}
+
+
+def _fail(run):
+    engine.record_transition(run, "work", step_status="failed", summary="broke")
+
+
+def _no_more_slots():
+    """The runs' times are the database's (now, after T0): no later slot gets in the way."""
+    Schedule.objects.update(next_run_at=datetime(2099, 1, 1, tzinfo=UTC))
+
+
+def test_a_failed_slot_is_opened_again_after_its_delay_up_to_its_limit(db):
+    """The seed's retryScheduledFor: a slot whose run failed is opened again once the
+    schedule's delay has passed, each retry a run of its own under the slot's key, until the
+    limit; the slot names its latest run and says which retry it is."""
+    from workflows.specs.storage import store_spec
+
+    store_spec(FLAKY)
+    item = schedule(spec_name="flaky", next_run_at=T0, retry_limit=2,
+                    retry_delay_seconds=600)
+    schedules.tick(T0)
+    _no_more_slots()
+    first = Run.objects.get()
+    _fail(first)
+    failed_at = Run.objects.get(pk=first.pk).finished_at
+    assert schedules.tick(failed_at + timedelta(seconds=599)).started == []  # not yet
+    [second_id] = schedules.tick(failed_at + timedelta(seconds=600)).started
+    second = Run.objects.get(pk=second_id)
+    slot = ScheduleFire.objects.get(schedule=item)
+    assert (slot.run_id, slot.retries) == (second.pk, 1)
+    assert slot.reason == f"retry 1 of 2: run {first.pk} failed"
+    assert second.idempotency_key == f"schedule:{item.pk}:{T0.isoformat()}:retry-1"
+    assert (second.shared_state["retry_of"], second.shared_state["retry"]) == (first.pk, 1)
+    assert "(retry 1 of 2)" in second.title
+    assert schedules.tick(failed_at + timedelta(seconds=601)).started == []  # it is open
+
+    _fail(second)
+    later = Run.objects.get(pk=second.pk).finished_at + timedelta(hours=1)
+    [third_id] = schedules.tick(later).started
+    _fail(Run.objects.get(pk=third_id))
+    assert schedules.tick(later + timedelta(days=1)).started == []  # the limit is 2
+    slot.refresh_from_db()
+    assert (slot.run_id, slot.retries) == (third_id, 2)
+    assert Run.objects.count() == 3
+
+
+def test_a_slot_is_not_opened_again_when_it_succeeded_or_retries_are_off(db):
+    from workflows.specs.storage import store_spec
+
+    store_spec(FLAKY)
+    off = schedule(name="off", spec_name="flaky", next_run_at=T0)
+    on = schedule(name="on", spec_name="flaky", next_run_at=T0, retry_limit=3,
+                  retry_delay_seconds=1)
+    schedules.tick(T0)
+    _no_more_slots()
+    runs = {fire.schedule_id: fire.run for fire in ScheduleFire.objects.all()}
+    _fail(runs[off.pk])
+    engine.record_transition(runs[on.pk], "work", step_status="completed")
+    assert schedules.tick(T0 + timedelta(days=1)).started == []
+    with pytest.raises(ValidationError, match="needs a delay"):
+        schedule(name="bad", spec_name="flaky", retry_limit=1, retry_delay_seconds=0)
+
+
+def test_the_admin_schedule_form_has_until_and_retries_and_shows_each_slot(admin_client,
+                                                                         release_spec):
+    item = schedule(next_run_at=T0)
+    schedules.tick(T0)
+    page = admin_client.get(f"/admin/workflows/schedule/{item.pk}/change/").content.decode()
+    for field in ('name="until_0"', 'name="retry_limit"', 'name="retry_delay_seconds"'):
+        assert field in page, field
+    run = Run.objects.get()
+    assert f"#{run.pk}" in page and "Started (open)" in page

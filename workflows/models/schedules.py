@@ -43,6 +43,9 @@ def validate_schedule(schedule: Schedule) -> None:
             name=schedule.spec_name, status=SpecStatus.ACTIVE).exists():
         raise ScheduleError(f"Spec {schedule.spec_name!r} has no active version; activate one "
                             "or leave the schedule disabled.")
+    if schedule.retry_limit and not schedule.retry_delay_seconds:
+        raise ScheduleError("A schedule that opens failed slots again needs a delay of at "
+                            "least 1 second (retry_delay_seconds).")
 
 
 class OverlapPolicy(models.TextChoices):
@@ -71,6 +74,12 @@ class Schedule(models.Model):
     next_run_at = models.DateTimeField(null=True, blank=True)
     until = models.DateTimeField(null=True, blank=True,
                                  help_text="No slot after this moment: the schedule then ends.")
+    retry_limit = models.PositiveSmallIntegerField(
+        default=0, db_default=0,
+        help_text="A slot whose run failed is opened again, up to this many times (0: never).")
+    retry_delay_seconds = models.PositiveIntegerField(
+        default=300, db_default=300,
+        help_text="How long after a slot's run failed it is opened again.")
     missed_count = models.PositiveIntegerField(default=0, editable=False)
     paused_reason = models.CharField(max_length=300, blank=True, editable=False,
                                      help_text="Why the schedule paused itself, if it did.")
@@ -116,8 +125,9 @@ class FireOutcome(models.TextChoices):
 
 
 class ScheduleFire(models.Model):
-    """One slot of a schedule and what became of it: started (with its run), skipped,
-    missed or not started, with the reason. The database refuses to handle a slot twice."""
+    """One slot of a schedule and what became of it: started (with its run: the latest, when
+    a failed run was opened again), skipped, missed or not started, with the reason. The
+    database refuses to handle a slot twice."""
 
     schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="fires")
     slot_at = models.DateTimeField()
@@ -126,6 +136,7 @@ class ScheduleFire(models.Model):
     outcome = models.CharField(max_length=8, choices=FireOutcome, default=FireOutcome.STARTED,
                                db_default=FireOutcome.STARTED)
     reason = models.CharField(max_length=300, blank=True, db_default="", default="")
+    retries = models.PositiveSmallIntegerField(default=0, db_default=0)  # runs opened again
     at = models.DateTimeField(default=timezone.now)
 
     class Meta:
