@@ -23,6 +23,7 @@ from django.utils import timezone
 from workflows.models import (
     OPEN_RUN_STATUSES,
     Approval,
+    GateRule,
     Run,
     RunDay,
     RunStatus,
@@ -135,6 +136,7 @@ def progress_report(root: Goal | None = None, now: datetime | None = None, *,
     gates = list(waiting.select_related("run").only(
         "key", "title", "approval_group", "waiting_since", "run__title", "run__spec_name")
         .order_by("waiting_since", "pk")[:100])
+    _name_people_waited_on(gates)
 
     waits: dict[str, list[float]] = {}
     for group, seconds in approvals.filter(
@@ -152,6 +154,19 @@ def progress_report(root: Goal | None = None, now: datetime | None = None, *,
     blocked = list(goals.filter(status=GoalStatus.BLOCKED).select_related("owner")
                    .order_by("title")[:100])
     return Report(root, by_status, weeks, gates, latencies, failures, blocked, now)
+
+
+def _name_people_waited_on(gates: list) -> None:
+    """`waits_on` for each gate: its group, or (one query for all) the people its open rules
+    name, with why them ("dave (alice's manager)")."""
+    people = {}
+    waiting_on_people = [gate.pk for gate in gates if not gate.approval_group]
+    if waiting_on_people:
+        for rule in (GateRule.objects.filter(step_id__in=waiting_on_people, open=True,
+                                              user__isnull=False).select_related("user")):
+            people.setdefault(rule.step_id, []).append(rule.audience)
+    for gate in gates:
+        gate.waits_on = gate.approval_group or ", ".join(people.get(gate.pk, []))
 
 
 def _weeks(now: datetime, runs, days) -> list[tuple[datetime, int]]:

@@ -72,20 +72,23 @@ class Principal:
     name: str
     groups: frozenset[str]
     delegated: bool = False
+    away_until: object = None  # when a person away is back (a delegator's)
 
 
 def delegators(user, now=None) -> list[Principal]:
     """The people whose gates this user decides now (their away period holds and they named
     this user their delegate), with their groups: one query."""
     now = now or clock.now()
-    found: dict[int, tuple[str, set]] = {}
-    for pk, name, group in (get_user_model().objects.filter(
+    found: dict[int, tuple[str, set, object]] = {}
+    for pk, name, group, until in (get_user_model().objects.filter(
             is_active=True, tollgate_preference__delegate=user,
             tollgate_preference__away_from__lte=now, tollgate_preference__away_until__gt=now)
-            .values_list("pk", get_user_model().USERNAME_FIELD, "groups__name")):
-        found.setdefault(pk, (name, set()))[1].add(group)
-    return [Principal(pk, name, frozenset(g for g in groups if g), delegated=True)
-            for pk, (name, groups) in sorted(found.items())]
+            .values_list("pk", get_user_model().USERNAME_FIELD, "groups__name",
+                         "tollgate_preference__away_until")):
+        found.setdefault(pk, (name, set(), until))[1].add(group)
+    return [Principal(pk, name, frozenset(g for g in groups if g), delegated=True,
+                      away_until=until)
+            for pk, (name, groups, until) in sorted(found.items())]
 
 
 def principals(user, *, groups: set[str] | None = None, fresh: bool = False
@@ -173,8 +176,15 @@ def decide_refusal(user, run, step, *, groups: set[str] | None = None, rules=Non
 def deciding_rule(user, run, step, *, rules, decided: set[int]) -> GateRule | None:
     """The open rule this user's decision would count toward now (None if they may not
     decide): for a page that says what deciding asks of them (a rule's signature)."""
+    return deciding_as(user, run, step, rules=rules, decided=decided)[0]
+
+
+def deciding_as(user, run, step, *, rules, decided: set[int]
+                ) -> tuple[GateRule | None, Principal | None]:
+    """(the open rule this user's decision would count toward now, whom it would be made
+    as: themselves or the person away they stand in for), or (None, None)."""
     chosen = choose_rule(user, run, step, rules, decided, principals(user))
-    return None if isinstance(chosen, str) else chosen[0]
+    return (None, None) if isinstance(chosen, str) else chosen
 
 
 def _fillable(pk) -> QuerySet:

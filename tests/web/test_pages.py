@@ -347,8 +347,9 @@ class TestQueryCounts:
         # session, user, whom the user decides for, gates, the evidence (dependency steps,
         # decisions, rules), the brief (every step of the gates' runs), the filters'
         # choices, who else may decide and who was told, the inbox count, and the two
-        # permission lookups of the nav, the groups and delegations its versions watch
-        with django_assert_num_queries(15):
+        # permission lookups of the nav, the groups and delegations its versions watch, and
+        # the person's own away period
+        with django_assert_num_queries(16):
             client.get("/")
 
     def test_run_list_is_constant(self, client, release_spec, people):

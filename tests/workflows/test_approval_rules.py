@@ -288,8 +288,12 @@ class TestManagerRule:
         run = engine.open_run(spec, actor=team["rita"]).run
         gate = run.steps.get(key="ok")
         [rule] = rules_of(run, "ok")
-        assert (rule.label, rule.audience) == ("the requester's manager", "boss")
-        assert "it waits on boss" in permissions.decide_refusal(team["fin"], run, gate)
+        assert (rule.label, rule.audience) == ("the requester's manager",
+                                               "boss (rita's manager)")
+        assert "it waits on boss (rita's manager)" in permissions.decide_refusal(
+            team["fin"], run, gate)
+        run.refresh_from_db()
+        assert run.what_next == "ok: waiting for approval"  # no "( group)"
         assert list(permissions.decidable_by(team["boss"])) == [gate]
         engine.approve(run, "ok", user=team["boss"])
         assert status(run, "ok") == "completed"

@@ -264,3 +264,33 @@ class TestReassignment:
         with pytest.raises(CommandError, match="There is no group named"):
             call_command("reassign", str(gate_run.pk), "qa", "--group", "nope",
                          "--reason", "x", stdout=out)
+
+
+def test_the_inbox_says_who_stands_in_before_anyone_decides(release_spec, people):
+    """Delegation shown before it is used: the delegate's card names the person away and
+    until when; the away person's inbox says they are away and who stands in."""
+    from datetime import timedelta
+
+    from django.test import Client
+
+    from workflows import clock, engine
+    from workflows.models import Preference
+
+    until = clock.now() + timedelta(days=3)
+    Preference.objects.create(user=people["carol"], away_from=clock.now() - timedelta(hours=1),
+                              away_until=until, delegate=people["dave"])
+    run = engine.open_run(release_spec, actor=people["alice"]).run
+    engine.start_step(run, "build")
+    engine.complete_step(run, "build")
+    dave = Client()
+    dave.force_login(people["dave"])
+    card = dave.get("/").content.decode()
+    assert "You decide this for <b><bdi>carol</bdi></b>, who is away until" in card
+    carol = Client()
+    carol.force_login(people["carol"])
+    own = carol.get("/").content.decode()
+    assert "You are away until" in own and "<bdi>dave</bdi></b> decides your gates" in own
+    bob = Client()
+    bob.force_login(people["bob"])
+    page = bob.get("/").content.decode()
+    assert "You decide this for" not in page and "You are away" not in page

@@ -45,15 +45,16 @@ def matched_rules(gate: Step) -> list[GateRule]:
         if rule.get("when") and not rule_applies(rule["when"], run.shared_state or {},
                                                  run.params or {})[0]:
             continue
-        group, user_id = rule.get("group", ""), None
+        group, user_id, role = rule.get("group", ""), None, ""
         label = rule.get("label") or group
         if rule.get("manager"):
             user_id = manager_of(run.requested_by_id)
             # No manager on record: the rule's group (validation requires one) decides.
             group = "" if user_id else group
+            role = f"{run.requested_by.get_username()}'s manager" if user_id else ""
         rows.append(GateRule(step=gate, attempt=gate.attempt, position=position,
                              order=rule.get("order", 0), label=label[:200], group=group,
-                             user_id=user_id, required=rule.get("required", 1),
+                             user_id=user_id, role=role[:200], required=rule.get("required", 1),
                              allow_self_approval=rule.get("allow_self_approval", False),
                              signature_meaning=rule.get("signature", {}).get("meaning", "")))
     return rows
@@ -126,6 +127,6 @@ def summarize(gate: Step, rules: list[GateRule]) -> None:
 def retarget(rule: GateRule, *, group: str = "", user=None) -> str:
     """Point a rule at another group or person; returns whom it waited on before."""
     before = rule.audience
-    rule.group, rule.user = group, user
-    rule.save(update_fields=["group", "user"])
+    rule.group, rule.user, rule.role = group, user, ""
+    rule.save(update_fields=["group", "user", "role"])
     return before

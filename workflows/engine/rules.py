@@ -166,7 +166,8 @@ def next_action(steps, ready=None) -> tuple[str, str]:
         "running": f"{step.title} is running",
         "retrying": f"{step.title} will retry",
         "retry_available": f"{step.title} failed; retry or cancel",
-        "waiting_approval": f"Approve {step.title} ({step.approval_group} group)",
+        "waiting_approval": f"{step.title}: waiting on {step.approval_group}"
+        if step.approval_group else f"{step.title}: waiting for approval",
         "blocked": f"{step.title} is blocked: {step.last_summary}".strip(),
         "awaiting_report": f"{step.title} waits for a report",
         "ready": f"{step.title} is ready to start",

@@ -25,6 +25,8 @@ class GateRule(models.Model):
     group = models.CharField(max_length=150, blank=True)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                              on_delete=models.PROTECT, related_name="+")
+    # Why its person decides, when a rule of the spec chose them ("alice's manager").
+    role = models.CharField(max_length=200, blank=True, default="", db_default="")
     required = models.PositiveIntegerField(default=1)
     allow_self_approval = models.BooleanField(default=False)
     # What a decision toward this rule means when signed (its spec's `signature`; a gate's
@@ -61,8 +63,12 @@ class GateRule(models.Model):
 
     @property
     def audience(self) -> str:
-        """Whom it waits on, as pages say it: the group, or the person."""
-        return self.group or (self.user.get_username() if self.user else "")
+        """Whom it waits on, as pages say it: the group, or the person (and why them:
+        "dave (alice's manager)")."""
+        if self.group:
+            return self.group
+        name = self.user.get_username() if self.user else ""
+        return f"{name} ({self.role})" if name and self.role else name
 
     @property
     def met(self) -> bool:

@@ -36,14 +36,17 @@ def check_json(value, where: str) -> None:
 
 
 def readable(value, *, none: str = "") -> str:
-    """A value as a person reads it: yes/no for booleans, JSON for objects and lists, text
-    and numbers as they are; `none` for None."""
+    """A value as a person reads it: yes/no for booleans, JSON for objects and lists, a
+    number of five digits or more with thousands separators (24,000; a year or a port of
+    four digits stays as it is), text as it is; `none` for None."""
     if value is None:
         return none
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, dict | list):
         return json.dumps(value, sort_keys=True, default=str)
+    if isinstance(value, int | float) and abs(value) >= 10_000:
+        return f"{value:,}"
     return str(value)
 
 

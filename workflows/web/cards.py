@@ -27,7 +27,7 @@ from workflows.briefs import (  # noqa: F401  (the card's read model, named here
     trail_entry,
 )
 from workflows.models import GateRule, Notification, Step
-from workflows.permissions import decidable_by, deciding_rule, named_in_rules
+from workflows.permissions import decidable_by, deciding_as, named_in_rules
 from workflows.web.forms import gate_form
 
 # The inbox shows this many gates, the oldest first: a page that stays quick whatever the
@@ -80,12 +80,15 @@ def inbox_gates(user, view: dict | None = None) -> list:
 
 
 def signing(gates: list, user) -> None:
-    """Set each gate's `signing`: what signing this user's decision on it means, for the
-    rule it would count toward ("" when unsigned). No query (the rules are read)."""
+    """Set each gate's `signing` (what signing this user's decision on it means, for the
+    rule it would count toward; "" when unsigned) and `deciding_for` (the person away this
+    user would decide it for, with when they are back; None when for themselves). No
+    query (the rules and delegations are read)."""
     for gate in gates:
-        rule = deciding_rule(user, gate.run, gate, rules=gate.rules,
-                             decided=decided_people(getattr(gate, "decisions", [])))
+        rule, person = deciding_as(user, gate.run, gate, rules=gate.rules,
+                                   decided=decided_people(getattr(gate, "decisions", [])))
         gate.signing = engine.signature_meaning(gate, rule)
+        gate.deciding_for = person if person is not None and person.delegated else None
 
 
 def audiences(gates: list, user) -> None:

@@ -11,10 +11,11 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 
 from tollgate.query import whole_number
-from workflows import engine
+from workflows import clock, engine
 from workflows.delivery import links
 from workflows.models import (
     Approval,
+    Preference,
     Step,
     StepStatus,
 )
@@ -45,10 +46,17 @@ def inbox(request):
     form, view, query = _view(request)
     watching = polls.inbox_versions(request)  # before the rows
     choices = cards.inbox_choices(request.user)
-    return render(request, template, {"live": watching,
+    return render(request, template, {"live": watching, "away": _away(request.user),
                                       "gates": cards.inbox_gates(request.user, view),
                                       "inbox_limit": cards.INBOX_LIMIT, "view_form": form,
                                       "view": view, "view_query": query, **choices})
+
+
+def _away(user):
+    """The person's away period, if it holds now (with who stands in): one query."""
+    now = clock.now()
+    return (Preference.objects.select_related("delegate")
+            .filter(user=user, away_from__lte=now, away_until__gt=now).first())
 
 
 def _inbox_update(request):
