@@ -1,5 +1,6 @@
 // The inbox from the keyboard: j / k move between gates, a approves the current one, r and c
-// go to its reject reason and approval comment, ? shows the keys. Keys typed into a field
+// go to its reject reason and approval comment, ? shows the keys; once a gate is decided the
+// next waiting one is current. Keys typed into a field
 // are the field's; Esc leaves it.
 (function () {
   "use strict";
@@ -77,6 +78,18 @@
       keys[event.key]();
       event.preventDefault();
     }
+  });
+
+  // A card decided from the keyboard (or its buttons) comes back decided: the next waiting
+  // card becomes the current one, so a, r and j go on from there.
+  document.body.addEventListener("htmx:afterSettle", (event) => {
+    const swapped = event.detail && event.detail.elt;
+    const card = swapped && swapped.closest && swapped.closest("#gate-list article.card.gate");
+    if (!card || card.id !== lastId || !card.classList.contains("decided")) return;
+    const before = document.querySelectorAll("#gate-list article.card.gate:not(.decided)");
+    if (!before.length) return;
+    move(1);
+    if (!current()) move(-1);
   });
 
   // A card clicked into becomes the current one.

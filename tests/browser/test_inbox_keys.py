@@ -75,8 +75,11 @@ def test_sort_filter_and_decide_from_the_keyboard(page, three_gates):
     page.keyboard.press("a")  # approve the current one: it turns into its decided state
     page.wait_for_selector(f"#{oldest}.decided >> text=You approved QA sign-off")
     assert Approval.objects.get().step.run_id == three_gates[0].pk
+    # The next waiting card is current now: a, r and j go on from it.
+    page.wait_for_selector(f"#{payroll}.current")
+    assert page.evaluate("document.activeElement.id") == payroll
 
-    page.keyboard.press("k")  # from the decided card's place, the one above
+    page.keyboard.press("k")  # up from there: past the decided card, to the one above
     assert "current" in page.get_attribute(f"#{newer}", "class")
     page.keyboard.press("r")  # the reason first: a rejection needs one
     assert page.evaluate("document.activeElement.getAttribute('aria-label')").startswith(
@@ -84,6 +87,7 @@ def test_sort_filter_and_decide_from_the_keyboard(page, three_gates):
     page.keyboard.type("Staging is red")
     page.keyboard.press("Enter")
     page.wait_for_selector(f"#{newer}.decided >> text=You rejected QA sign-off")
+    page.wait_for_selector(f"#{payroll}.current")  # the one still waiting
     decisions = {a.step.run_id: (a.decision, a.comment) for a in Approval.objects.all()}
     assert decisions[three_gates[1].pk] == ("reject", "Staging is red")
     assert three_gates[2].pk not in decisions  # payroll still waits

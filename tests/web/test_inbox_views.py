@@ -91,6 +91,14 @@ def test_a_bad_filter_is_refused_by_name_and_the_rest_applies(client, people, ga
     assert titles(body, made) == ["release 3", "payroll 2"]
 
 
+def test_an_unknown_group_or_workflow_is_named_as_a_goal_is(client, people, gates):
+    client.force_login(people["dave"])
+    body = client.get("/?group=qa-typo&spec=payrol").content.decode()
+    assert "The inbox's group filter was ignored: there is no group named “qa-typo”." in body
+    assert ("The inbox's spec filter was ignored: there is no workflow named “payrol”."
+            in body)
+
+
 def test_a_live_poll_keeps_to_the_filter(client, people, gates):
     made, _ = gates
     client.force_login(people["dave"])

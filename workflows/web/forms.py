@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from django import forms
+from django.contrib.auth.models import Group
 from django.forms.utils import ErrorDict
 
 from goals.models import Goal
+from workflows.models import WorkflowSpec
 
 
 class InboxView(forms.Form):
@@ -17,6 +19,18 @@ class InboxView(forms.Form):
     group = forms.CharField(required=False, max_length=150)
     spec = forms.SlugField(required=False, max_length=100, label="Workflow")
     goal = forms.ModelChoiceField(required=False, queryset=Goal.objects.all())
+
+    def clean_group(self):
+        group = self.cleaned_data["group"]
+        if group and not Group.objects.filter(name=group).exists():
+            raise forms.ValidationError(f"there is no group named “{group}”.")
+        return group
+
+    def clean_spec(self):
+        spec = self.cleaned_data["spec"]
+        if spec and not WorkflowSpec.objects.filter(name=spec).exists():
+            raise forms.ValidationError(f"there is no workflow named “{spec}”.")
+        return spec
 
     def view(self) -> dict:
         """The valid parts (a refused one is left out, and its error shown)."""
