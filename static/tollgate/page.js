@@ -52,6 +52,16 @@
   }
   document.addEventListener("htmx:afterSettle", announce);
 
+  // Each checkpoint once: a poll whose answer crossed a decision's may bring one the page
+  // shows already; the later copy goes.
+  document.addEventListener("htmx:afterSettle", function () {
+    var seen = {};
+    document.querySelectorAll("#timeline-list > li[id^='cp-']").forEach(function (li) {
+      if (seen[li.id]) li.remove();
+      seen[li.id] = true;
+    });
+  });
+
   // A poller's next request sends the versions its last answer gave (workflows.live): a
   // poll that finds nothing of them changed is answered without reading the database.
   document.addEventListener("htmx:afterRequest", function (event) {
