@@ -22,7 +22,7 @@ import re
 
 from django.conf import settings
 
-from workflows.specs.values import PLACEHOLDER, fill, placeholder_value
+from workflows.specs.values import PLACEHOLDER, as_is, fill, placeholder_value
 
 from .. import clock
 from ..errors import WorkflowError
@@ -53,7 +53,7 @@ def child_params(template: dict, shared_state: dict, params: dict) -> dict:
             whole = WHOLE_PLACEHOLDER.match(item)
             if whole:
                 return placeholder_value(whole, shared_state, params)
-            return fill(item, shared_state, params)
+            return fill(item, shared_state, params, show=as_is)
         if isinstance(item, dict):
             return {k: value(v) for k, v in item.items()}
         if isinstance(item, list):

@@ -69,18 +69,21 @@ class Filled(str):
     wrote can never become a link, a mention or markup."""
 
     template: str
-    values: list[str]
+    values: list[str]  # as a person reads them (24,000)
+    raw: list[str]  # as they are (24000), for addresses
 
     def render(self, template: str, value_as, urls: re.Pattern | None = None) -> str:
         """`template` (this text's template as rendered for the medium) with each marker
         replaced by `value_as(value)`; inside the author's own links (`urls` matches them in
-        the rendered text) a value is percent-encoded into the address instead."""
-        def put(match, as_=value_as):
-            return as_(self.values[int(match.group(1))])
+        the rendered text) a value is percent-encoded into the address instead, as it is."""
+        def put(match):
+            return value_as(self.values[int(match.group(1))])
+
+        def address(match):
+            return quote(self.raw[int(match.group(1))], safe="")
 
         if urls is not None:
-            template = urls.sub(lambda link: MARKER.sub(
-                lambda m: put(m, lambda v: quote(v, safe="")), link.group()), template)
+            template = urls.sub(lambda link: MARKER.sub(address, link.group()), template)
         return MARKER.sub(put, template)
 
 
@@ -89,23 +92,32 @@ class Filled(str):
 MARKER = re.compile(r"tgvalue(\d+)eulavgt")
 
 
-def fill(text: str, shared_state: dict | None, params: dict | None) -> Filled:
-    """`{{ state.key }}` and `{{ params.key }}` (dotted for nested values) filled in; a
-    missing value reads as empty. The result is a `Filled`."""
+def as_is(value) -> str:
+    """A value as a program takes it: str(), empty for None."""
+    return "" if value is None else str(value)
+
+
+def fill(text: str, shared_state: dict | None, params: dict | None, *,
+         show=readable) -> Filled:
+    """`{{ state.key }}` and `{{ params.key }}` (dotted for nested values) filled in as
+    `show` gives them: as a person reads them by default (`readable`: 24,000, yes, JSON),
+    `as_is` for a program; a missing value reads as empty. The result is a `Filled`."""
     found: list[str] = []
+    raw: list[str] = []
 
     def text_of(match) -> str:
         value = placeholder_value(match, shared_state, params)
-        return "" if value is None else str(value)
+        return "" if value is None else show(value)
 
     def marker(match) -> str:
         found.append(text_of(match))
+        raw.append(as_is(placeholder_value(match, shared_state, params)))
         return f"tgvalue{len(found) - 1}eulavgt"
 
     source = MARKER.sub("", text or "")
     filled = Filled(PLACEHOLDER.sub(text_of, source))
     filled.template = PLACEHOLDER.sub(marker, source)
-    filled.values = found
+    filled.values, filled.raw = found, raw
     return filled
 
 

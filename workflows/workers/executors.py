@@ -20,7 +20,7 @@ from django.conf import settings
 from workflows.specs import grants
 from workflows.specs.params import env_name
 from workflows.specs.validation import allowed_callable
-from workflows.specs.values import BadValue, check_json, fill
+from workflows.specs.values import BadValue, as_is, check_json, fill
 from workflows.workers import accounts, agents, redaction, spool
 
 
@@ -497,7 +497,7 @@ def run_agent(action: dict, *, context: dict, shared_state: dict, stop: threadin
     capture and redaction as any command. With several providers, the next is tried when
     one fails; the evidence names the provider that ran and those tried."""
     agent = action["agent"]
-    prompt = fill(agent["prompt"], shared_state, context.get("params"))
+    prompt = fill(agent["prompt"], shared_state, context.get("params"), show=as_is)
     account = action.get("account") or agent.get("account")
     tried, outcome = [], None
     for provider in agent["providers"]:

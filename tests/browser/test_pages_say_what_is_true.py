@@ -1,0 +1,84 @@
+"""The pages say exactly what is true, in a real browser at phone and desktop width: the page a
+mailed link opens names who else may decide; a manager stage names the manager and why; the
+delegate's card and the away person's inbox say who stands in for whom; no page reads "( ",
+"Approve Approve" or "waits on :"; and each of these pages passes axe."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+
+from tests.workflows.helpers import work
+from workflows import clock, engine
+from workflows.delivery import links
+from workflows.models import Preference
+from workflows.specs.storage import store_spec
+
+from .conftest import login
+from .test_accessibility import violations
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+PAYMENT = {"name": "payment", "params": [{"name": "amount", "type": "number"}], "steps": [
+    {"key": "prepare", "title": "Prepare", "run": {"command": ["true"]}},
+    {"key": "approve", "title": "Approve the payment", "depends_on": ["prepare"],
+     "description": "Pay {{ params.amount }}.",
+     "approval": {"rules": [
+         {"group": "qa", "label": "QA", "order": 0},
+         {"manager": True, "group": "qa", "label": "the requester's manager", "order": 1}]}}]}
+WRONG = re.compile(r"\( |Approve Approve|waits on :|waiting on :| :")
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_stages_audiences_and_delegation_read_true(browser, live_server, people, width):
+    Preference.objects.create(user=people["alice"], manager=people["dave"])
+    Preference.objects.create(user=people["carol"], away_from=clock.now() - timedelta(hours=1),
+                              away_until=clock.now() + timedelta(days=2),
+                              delegate=people["erin"])
+    store_spec(PAYMENT)
+    run = engine.open_run("payment", actor=people["alice"], params={"amount": 24000}).run
+    work(run, "prepare")
+    gate = run.steps.get(key="approve")
+    context = browser.new_context(base_url=live_server.url,
+                                  viewport={"width": width, "height": 800})
+    page = context.new_page()
+    try:
+        problems = {}
+
+        def visit(url, name):
+            page.goto(url)
+            text = page.inner_text("main")
+            assert not WRONG.search(text), (name, WRONG.search(text).group(),
+                                            text[:2000])
+            problems[name] = violations(page)
+            return text
+
+        # erin stands in for carol: her card says so before she decides.
+        login(page, "erin")
+        inbox = visit("/", "delegate's inbox")
+        assert "You decide this for carol, who is away until" in inbox
+        assert "24,000" in inbox
+        decide = visit(f"/decide/{links.decision_token(people['erin'], gate)}/",
+                       "decision page")
+        assert "2 others may decide" in decide and "Also may decide" in page.content()
+        assert "Pay 24,000." in decide  # the value filled in reads as the param does
+        assert "for a decision on several gates" not in decide  # one gate: no bulk box
+        page.context.clear_cookies()
+
+        login(page, "carol")
+        own = visit("/", "away person's inbox")
+        assert "You are away until" in own and "erin decides your gates meanwhile" in own
+        page.context.clear_cookies()
+
+        login(page, "bob")
+        visit("/", "approver's inbox")
+        page.click(f"#gate-{gate.pk} .decide form:first-child button.primary")
+        page.wait_for_selector(f"#gate-{gate.pk}.decided")
+        run_page = visit(f"/runs/{run.pk}/", "run page")
+        assert "dave (alice's manager)" in run_page
+        assert "waiting on" in run_page or "waiting for approval" in run_page
+        assert {name: found for name, found in problems.items() if found} == {}
+    finally:
+        context.close()
