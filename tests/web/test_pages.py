@@ -935,7 +935,7 @@ class TestTheSmallerThings:
         engine.approve(waiting, "qa", user=people["bob"], comment=f"ok {spoof}")
         as_user(client, people["carol"])
         body = client.get(f"/runs/{waiting.pk}/").content.decode()
-        assert f"“<bdi>ok {spoof}</bdi>”" in body and "<bdi>bob</bdi>" in body
+        assert f"“<bdi class=\"comment\">ok {spoof}</bdi>”" in body and "<bdi>bob</bdi>" in body
         from workflows.templatetags.tollgate import human
 
         assert (human(True), human(False), human({"a": 1})) == ("yes", "no", '{"a": 1}')
