@@ -192,3 +192,23 @@ def test_signing_out_needs_no_check_at_the_provider_first(provider):
     response = client.post("/logout/")
     assert response.status_code == 302 and "recheck" not in response["Location"]
     assert "_auth_user_id" not in client.session
+
+
+def test_signing_out_says_so(settings):
+    client = Client()
+    client.force_login(make_user("ann"))
+    page = client.post("/logout/", follow=True).content.decode()
+    assert "You are signed out." in page
+
+
+def test_the_admins_login_page_points_to_sign_on_when_it_is_the_only_way_in(settings):
+    settings.TOLLGATE_OIDC_ISSUER = "https://id.acme.test"
+    settings.TOLLGATE_OIDC_LABEL = "Acme"
+    settings.TOLLGATE_OIDC_ONLY = True
+    page = Client().get("/admin/login/?next=/admin/").content.decode()
+    assert "This site signs in through Acme" in page and "/sso/login/" in page
+    settings.TOLLGATE_OIDC_ONLY = False
+    page = Client().get("/admin/login/?next=/admin/").content.decode()
+    assert "This site signs in through" not in page and "Sign in with Acme" in page
+    settings.TOLLGATE_OIDC_ISSUER = ""
+    assert "Sign in with" not in Client().get("/admin/login/").content.decode()

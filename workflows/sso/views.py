@@ -10,7 +10,7 @@ import requests
 from authlib.common.errors import AuthlibBaseError
 from authlib.integrations.base_client import OAuthError
 from django.conf import settings
-from django.contrib import auth
+from django.contrib import auth, messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.http import Http404
@@ -197,6 +197,7 @@ def sign_out(request):
     """Sign out here, and at the provider too when it offers an end-session endpoint."""
     id_token = request.session.get(ID_TOKEN)
     auth.logout(request)
+    label = settings.TOLLGATE_OIDC_LABEL
     if id_token and provider.enabled():
         try:
             metadata = provider.client().load_server_metadata()
@@ -204,7 +205,13 @@ def sign_out(request):
             log.warning("Could not reach the provider to end its session too", exc_info=True)
             metadata = {}
         if metadata.get("end_session_endpoint"):
+            messages.info(request, f"You are signed out of Tollgate and of {label}.")
             return provider.client().logout_redirect(
                 request, post_logout_redirect_uri=_absolute(request, "login"),
                 id_token_hint=id_token)
+        messages.info(request, f"You are signed out of Tollgate. {label} does not end its "
+                               "own session from here: sign out there too on a shared "
+                               "computer.")
+        return redirect("login")
+    messages.info(request, "You are signed out.")
     return redirect("login")

@@ -148,6 +148,16 @@ def has_passkey(user) -> bool:
     return user._has_passkey
 
 
+@register.simple_tag
+def sign_on() -> dict:
+    """The company's sign-on as a login page offers it: set up, its name, and whether it is
+    the only way in (the admin's own login page says so)."""
+    from django.conf import settings
+
+    return {"enabled": bool(settings.TOLLGATE_OIDC_ISSUER),
+            "label": settings.TOLLGATE_OIDC_LABEL, "only": settings.TOLLGATE_OIDC_ONLY}
+
+
 @register.filter
 def signs_on(user) -> str:
     """The provider's name if this person can sign by signing in again there (sign-on set
