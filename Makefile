@@ -22,7 +22,7 @@ run: export DEBUG ?= 1
 run: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py demo
-	@echo "Serving $(TOLLGATE_BASE_URL)/ (port $(PORT)) with one Huey consumer; Ctrl-C stops both."
+	@echo "Serving $(TOLLGATE_BASE_URL)/ (port $(PORT)) with one Huey consumer and the events server; Ctrl-C stops all."
 	@echo "Mail is printed here and listed at $(TOLLGATE_BASE_URL)/dev/mail/."
 	$(BIN)/python scripts/serve-dev $(HOST):$(PORT)
 

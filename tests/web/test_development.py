@@ -63,6 +63,58 @@ def test_ctrl_c_stops_the_server_and_the_consumer_together(tmp_path):
     assert all((tmp_path / f"{n}.stopped").exists()
                for n in ("run_huey", "serve_events", "runserver"))
 
+CRASHING_MANAGE = """
+import pathlib, signal, sys, time
+name = sys.argv[1]
+starts = pathlib.Path(name + ".starts")
+starts.write_text(starts.read_text() + "x" if starts.exists() else "x")
+def bye(signum, frame):
+    pathlib.Path(name + ".stopped").write_text(str(signum))
+    sys.exit(0)
+signal.signal(signal.SIGINT, bye)
+signal.signal(signal.SIGTERM, bye)
+if name == "run_huey" and starts.read_text() == "x":
+    sys.exit(3)  # the consumer's first start fails
+if name == "runserver" and pathlib.Path("web.quit").exists():
+    sys.exit(4)
+while True:
+    time.sleep(0.05)
+    if name == "runserver" and pathlib.Path("web.quit").exists():
+        sys.exit(4)
+"""
+
+
+def test_a_helper_that_stops_is_started_again_and_the_rest_go_on(tmp_path):
+    """`make run` says what runs; the consumer ending on its own is said and started again,
+    the web server and the events server untouched; the web server ending ends it all."""
+    import time
+    from pathlib import Path
+
+    (tmp_path / "manage.py").write_text(CRASHING_MANAGE)
+    script = Path(__file__).resolve().parents[2] / "scripts" / "serve-dev"
+    serving = subprocess.Popen([sys.executable, str(script), "127.0.0.1:8199"], cwd=tmp_path,
+                               stdout=subprocess.PIPE, text=True, start_new_session=True)
+    def starts(name):
+        found = tmp_path / f"{name}.starts"
+        return len(found.read_text()) if found.exists() else 0
+
+    deadline = time.monotonic() + 30
+    while starts("run_huey") < 2 or starts("runserver") < 1 or starts("serve_events") < 1:
+        assert time.monotonic() < deadline and serving.poll() is None
+        time.sleep(0.05)
+    assert (starts("runserver"), starts("serve_events")) == (1, 1)
+    assert not (tmp_path / "runserver.stopped").exists()
+    (tmp_path / "web.quit").touch()
+    assert serving.wait(timeout=30) == 4
+    out = serving.stdout.read()
+    assert "the web server on http://127.0.0.1:8199/" in out
+    assert "the events server on http://127.0.0.1:8200/" in out
+    assert "the Huey consumer stopped (exit 3); started again" in out
+    assert "the web server stopped (exit 4): stopping the rest." in out
+    assert (tmp_path / "run_huey.stopped").exists()
+    assert (tmp_path / "serve_events.stopped").exists()
+
+
 def test_demo_prints_the_base_url(settings):
     from django.core.management import call_command
 
