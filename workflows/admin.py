@@ -30,6 +30,14 @@ from .schedules import require_schedule_rights, save_schedule
 
 
 class SpecForm(forms.ModelForm):
+    """A spec's definition (JSON). Its name is the definition's own "name"; the Name field
+    is for a definition written without one, and must agree with it when both are given."""
+
+    name = forms.SlugField(
+        required=False, max_length=100,
+        help_text="Leave empty to use the definition's own \"name\"; fill it in only for a "
+                  "definition without one.")
+
     class Meta:
         model = WorkflowSpec
         fields = ["name", "definition"]
@@ -44,7 +52,15 @@ class SpecForm(forms.ModelForm):
         if not isinstance(definition, dict):
             raise forms.ValidationError(
                 {"definition": "A spec must be a JSON object with name and steps."})
-        spec = {**definition, "name": data.get("name") or self.instance.name}
+        named, written = data.get("name") or self.instance.name, definition.get("name")
+        if named and written and named != written:
+            raise forms.ValidationError({"name": (
+                f"The definition names this spec “{written}”; leave Name empty (or the "
+                f"same) rather than give a second name, “{named}”.")})
+        if not (named or written):
+            raise forms.ValidationError({"definition": (
+                'The definition needs its name: add "name": "…" (or fill in Name).')})
+        spec = {**definition, "name": named or written}
         problems = spec_problems(spec)
         if problems:  # every problem at once, not only the first
             raise forms.ValidationError({"definition": problems})

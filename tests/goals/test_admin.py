@@ -79,3 +79,20 @@ def test_admin_spec_page_is_read_only_without_change_rights(client, release_spec
     client.force_login(viewer)
     body = client.get(f"/admin/workflows/workflowspec/{release_spec.pk}/change/").content.decode()
     assert 'name="definition"' not in body and 'name="_save"' not in body
+
+
+def test_admin_spec_add_takes_the_definitions_own_name(admin_client):
+    from workflows.models import WorkflowSpec
+
+    steps = '"steps": [{"key": "a", "run": {"command": ["ls"]}}]'
+    response = admin_client.post("/admin/workflows/workflowspec/add/", {
+        "name": "", "definition": '{"name": "from-json", ' + steps + "}"})
+    assert response.status_code == 302
+    assert WorkflowSpec.objects.get().name == "from-json"
+    refused = admin_client.post("/admin/workflows/workflowspec/add/", {
+        "name": "other", "definition": '{"name": "from-json-2", ' + steps + "}"})
+    assert "leave Name empty" in refused.content.decode()
+    nameless = admin_client.post("/admin/workflows/workflowspec/add/", {
+        "name": "", "definition": "{" + steps + "}"})
+    assert "The definition needs its name" in nameless.content.decode()
+    assert WorkflowSpec.objects.count() == 1
