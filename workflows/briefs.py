@@ -234,9 +234,14 @@ def decided_people(decisions) -> set[int]:
 
 
 def describe_rules(gate, rules) -> None:
-    """What a page and a mail say of a gate's rules: `rules` (this attempt's), `open_rules`,
-    `waits_on` (whom it waits on now, in words) and `rules_not_applied` (with why)."""
+    """What a page and a mail say of a gate's rules: `rules` (this attempt's, each with who
+    `decided_by` it, from the gate's loaded `decisions`), `open_rules`, `waits_on` (whom it
+    waits on now, in words) and `rules_not_applied` (with why)."""
     gate.rules = rules
+    decided = [d for d in getattr(gate, "decisions", []) if d.attempt == gate.attempt]
+    for rule in rules:  # who counted toward it ("bob", "erin for carol")
+        rule.decided_by = [f"{d.user} for {d.on_behalf_of}" if d.on_behalf_of_id
+                           else str(d.user) for d in decided if d.rule_id == rule.pk]
     gate.open_rules = [rule for rule in rules if rule.open]
     gate.waits_on = ", ".join(rule.audience for rule in gate.open_rules) or gate.approval_group
     gate.rules_not_applied = rules_not_applied(gate, rules)

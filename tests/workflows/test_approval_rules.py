@@ -359,3 +359,21 @@ def test_the_inbox_filters_a_gate_by_any_group_it_waits_on(team, client):
     engine.approve(run, "pay", user=team["lee"])  # the lead's rule is met: finance waits
     assert f'id="gate-{gate.pk}"' not in client.get("/", {"group": "leads"}).content.decode()
     assert f'id="gate-{gate.pk}"' in client.get("/", {"group": "finance"}).content.decode()
+
+
+def test_a_decided_stage_names_who_decided_it(team, client):
+    """A gate of several stages says, rule by rule, who counted toward each."""
+    from tests.conftest import make_user
+
+    Preference.objects.create(user=team["rita"], manager=team["boss"])
+    spec = store_spec({"name": "staged-names", "steps": [{"key": "ok", "approval": {
+        "rules": [{"group": "finance", "label": "Finance", "order": 0},
+                  {"manager": True, "group": "finance", "label": "Manager", "order": 1}]}}]})[0]
+    run = engine.open_run(spec, actor=team["rita"]).run
+    engine.approve(run, "ok", user=team["fin"])
+    engine.approve(run, "ok", user=team["boss"])
+    admin = make_user("root", is_superuser=True, is_staff=True)
+    client.force_login(admin)
+    text = client.get(f"/runs/{run.pk}/").content.decode()
+    assert "from <bdi>finance</bdi> (<bdi>fin</bdi>) · met" in text
+    assert "from <bdi>boss (rita&#x27;s manager)</bdi> (<bdi>boss</bdi>) · met" in text

@@ -38,7 +38,12 @@ def gate_message(gate: Step):
             outcome = f"Ended: {gate.last_summary}"[:300]
         elif gate.status == StepStatus.WAITING_APPROVAL:
             outcome = f"No longer waits: the run is {run.get_status_display().lower()}"
-        deciders = ", ".join(str(d.user) for d in gate.decisions if d.decision == "approve")
+        approvals = [d for d in gate.decisions if d.decision == "approve"]
+        # A gate of several stages says for whom each approval counted.
+        staged = len({d.rule_id for d in approvals}) > 1
+        deciders = ", ".join(
+            f"{d.user} ({next((r.audience for r in gate.rules if r.pk == d.rule_id), d.group)})"
+            if staged else str(d.user) for d in approvals)
         if gate.status == StepStatus.COMPLETED and deciders:
             outcome = f"Approved by {deciders}"
     trail = []

@@ -215,5 +215,5 @@ def test_chat_follows_the_stages_and_tells_a_delegate_whom_they_decide_for(platf
     engine.approve(run, "sign", user=oscar)
     assert platform.told("dave") == [note]  # told once
     for channel in platform.group_channels.values():
-        assert "Approved by bob, oscar" in platform.shown(channel)
+        assert "Approved by bob (qa), oscar (ops)" in platform.shown(channel)
     assert ChatIdentity.objects.get(user=people["dave"]).provider == platform.provider_name

@@ -79,7 +79,8 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
     run = get_object_or_404(readable_runs(request.user).select_related(
         "spec", "goal", "requested_by", "opened_by", "parent_step"), pk=run_id)
     steps = list(run.steps.order_by("index"))
-    approvals = list(Approval.objects.filter(step__run=run).select_related("user"))
+    approvals = list(Approval.objects.filter(step__run=run).select_related("user",
+                                                                             "on_behalf_of"))
     whole = request.GET.get("timeline") == "all"
     first_seq = 1 if whole else max(1, run.checkpoint_seq - TIMELINE_LATEST + 1)
     checkpoints = selectors.timeline_for_page(run, first_seq=first_seq)
