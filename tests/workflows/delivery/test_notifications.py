@@ -228,3 +228,35 @@ def test_a_duty_is_due_at_once_whatever_the_database_clock_says(
     assert len(sent) == 1
     assert recipients("waits on qa") == {"bob@example.com", "carol@example.com"}
     assert Notification.objects.filter(sent_at=None).count() == 0
+
+
+def test_no_mail_of_a_staged_gate_reads_wrong_words(db, people, settings):
+    """A manager stage in mail: "waits on dave (alice's manager)", and no "( ", "waits on :"
+    or "Approve Approve" in any subject or body of any event a staged gate sends."""
+    import re
+
+    from workflows import engine
+    from workflows.delivery.notifications import messages_for
+    from workflows.models import Checkpoint, Preference
+    from workflows.specs.storage import store_spec
+
+    settings.TOLLGATE_NOTIFY = True
+    Preference.objects.create(user=people["alice"], manager=people["dave"])
+    people["dave"].email = "dave@example.com"
+    people["dave"].save()
+    store_spec({"name": "pay", "steps": [{"key": "approve", "title": "Approve the payment",
+                                          "approval": {"rules": [
+                                              {"group": "qa", "order": 0},
+                                              {"manager": True, "group": "qa", "order": 1}]}}]})
+    run = engine.open_run("pay", actor=people["alice"]).run
+    engine.approve(run, "approve", user=people["bob"])  # the manager's stage opens
+    wrong = re.compile(r"\( |waits on :|waiting on :|Approve Approve| :\s")
+    texts = []
+    for checkpoint in Checkpoint.objects.filter(run=run).order_by("seq"):
+        for _, subject, body, _ in messages_for(checkpoint, "gate_waiting", "approve"):
+            texts.append(subject + "\n" + body)
+    engine.approve(run, "approve", user=people["dave"])
+    last = Checkpoint.objects.filter(run=run).order_by("-seq").first()
+    texts += [s + "\n" + b for _, s, b, _ in messages_for(last, "gate_decided", "approve")]
+    assert any("waits on dave (alice's manager)" in text for text in texts), texts
+    assert [text for text in texts if wrong.search(text)] == []
