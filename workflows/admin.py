@@ -444,7 +444,7 @@ class SsoIdentityAdmin(admin.ModelAdmin):
 
     list_display = ["user", "issuer", "subject", "email", "email_verified", "last_sign_in"]
     list_select_related = ["user"]
-    search_fields = ["user__username", "subject", "email"]
+    search_fields = ["user__username", "subject", "email", "object_id"]
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in SsoIdentity._meta.fields] if obj is not None else []
