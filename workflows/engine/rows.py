@@ -38,7 +38,8 @@ from .signals import transition_recording
 
 # Evidence (a command's output) is written by transitions, never read by them.
 STEP = sql.Table(Step, skip=("last_evidence",))
-RUN = sql.Table(Run)
+# The run search's text is the pages'; a transition neither reads nor writes it.
+RUN = sql.Table(Run, skip=("search_text",))
 CHECKPOINT = sql.Table(Checkpoint)
 TALLY = sql.Table(GoalTally)
 TALLY_COLUMNS = ("goal_id", "runs_completed", "runs_failed", "steps_total", "steps_done",

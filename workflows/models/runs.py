@@ -77,9 +77,12 @@ class StepKind(models.TextChoices):
 class Run(models.Model):
     spec = models.ForeignKey(WorkflowSpec, on_delete=models.PROTECT, related_name="runs")
     # Denormalised so the database can enforce one open run per spec name and key.
-    spec_name = models.SlugField(max_length=100, editable=False)
+    # Looked up by the (spec_name, created_at) and (goal, status) indexes: an index of
+    # their own would be one more write on every run's insert and move (see Meta).
+    spec_name = models.SlugField(max_length=100, editable=False, db_index=False)
     goal = models.ForeignKey(
-        "goals.Goal", null=True, blank=True, on_delete=models.PROTECT, related_name="runs"
+        "goals.Goal", null=True, blank=True, on_delete=models.PROTECT, related_name="runs",
+        db_index=False,
     )
     title = models.CharField(max_length=200, blank=True)
     status = models.CharField(max_length=20, choices=RunStatus, default=RunStatus.OPEN)
@@ -107,7 +110,8 @@ class Run(models.Model):
     # Who opened it, when someone opened it for the requester (an operator's "for bob"):
     # the requester is whom four-eyes keeps from deciding it.
     opened_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                  on_delete=models.SET_NULL, related_name="runs_opened_for_others")
+                                  on_delete=models.SET_NULL, related_name="runs_opened_for_others",
+                                  db_index=False)  # indexed where set (Meta)
     # The label of the run's latest labelled checkpoint (where an agent says it stands).
     last_label = models.CharField(max_length=100, blank=True, default="", db_default="")
     shared_state = models.JSONField(default=dict, blank=True)
@@ -130,7 +134,8 @@ class Run(models.Model):
     decided_keys = models.TextField(blank=True, db_default="", default="", editable=False)
     # A run inside a run: the step of the parent run that opened it and waits for it.
     parent_step = models.ForeignKey("Step", null=True, blank=True, on_delete=models.SET_NULL,
-                                    related_name="child_runs", editable=False)
+                                    related_name="child_runs", editable=False,
+                                    db_index=False)  # indexed where set (Meta)
     checkpoint_seq = models.PositiveIntegerField(default=0, editable=False)
     # The hash of its last checkpoint (workflows.audit): a checkpoint cut off the end of the
     # chain is found by it.
@@ -169,6 +174,12 @@ class Run(models.Model):
             # The claim order of the runs that have work for a worker (engine.claim_next).
             models.Index(fields=["-priority_rank", "served_at"],
                          condition=Q(claimable_at__isnull=False), name="run_claim_order_idx"),
+            # Foreign keys that most runs leave empty, indexed only where set: a run's
+            # every move writes no entry for them (PostgreSQL's updates here are not HOT).
+            models.Index(fields=["parent_step"], condition=Q(parent_step__isnull=False),
+                         name="run_parent_step_idx"),
+            models.Index(fields=["opened_by"], condition=Q(opened_by__isnull=False),
+                         name="run_opened_by_idx"),
         ]
         constraints = [
             # One key, one open run, in a key's scope (its caller, spec and goal): the rule
@@ -334,7 +345,8 @@ class Step(HeldByProcess):
     # The command the running attempt spawned (its holder is in HeldByProcess).
     # The run this step opened and waits for (a `workflow` step's current attempt).
     child_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL,
-                                  related_name="+", editable=False)
+                                  related_name="+", editable=False,
+                                  db_index=False)  # indexed where set (Meta)
     child_pid = models.PositiveIntegerField(null=True, blank=True)
     child_pgid = models.PositiveIntegerField(null=True, blank=True)
     # When the sweeper found the lease overdue with its holder alive (noted once an attempt).
@@ -398,6 +410,9 @@ class Step(HeldByProcess):
             models.Index(fields=["run", "index"],
                          condition=Q(kind="run", status="retrying"),
                          name="step_retrying_idx"),
+            # The run a workflow step opened, where it opened one (see Run's parent_step).
+            models.Index(fields=["child_run"], condition=Q(child_run__isnull=False),
+                         name="step_child_run_idx"),
         ]
 
     def __str__(self) -> str:
