@@ -4,8 +4,9 @@ engine call as the web, under the same rules, and the message follows the gate w
 decided.
 
 - `base`: the small interface a chat platform implements (`ChatProvider`), and the neutral
-  gate message and press every platform shares. Slack is `slack`; Microsoft Teams would be
-  one more module of the same shape (README, "Approvals in chat").
+  gate message, press and person's view every platform shares.
+- `slack`, `teams`: one module per platform (README, "Approvals in chat"); `providers`
+  names the ones set up.
 - `messages`: post and update a gate's messages (the outbox's "chat" job).
 - `interactions`: a press received (verified, recorded, acknowledged) and handled after.
 - `identities`: which Tollgate user a chat account acts as.
