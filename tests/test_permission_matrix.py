@@ -121,6 +121,8 @@ EFFECTS = {
     "report_wait": lambda w: step_status(w["fresh"], "agent") == "completed",
     "report_worker": lambda w: step_status(w["fresh"], "build") == "completed",
     "report_gate": lambda w: step_status(w["gate"], "qa") == "completed",
+    "note_run": lambda w: Checkpoint.objects.filter(run=w["fresh"], kind="run_note").exists(),
+    "start_for_other": lambda w: Run.objects.filter(requested_by__username="mia").exists(),
 }
 
 # Who may do it; everyone else is refused. (skip_gate: nobody, whoever asks.)
@@ -148,6 +150,10 @@ ALLOWED = {
     "report_wait": {"requester", "operator", "superuser"},
     "report_worker": set(),
     "report_gate": set(),
+    # A note on the run (/transition without a step): as a wait step's report.
+    "note_run": {"requester", "operator", "superuser"},
+    # A run opened for someone else: its own permission (only the superuser holds it here).
+    "start_for_other": {"superuser"},
 }
 REFUSED_AS_CONFLICT = {"report_worker": {"requester", "operator", "superuser"},
                        "report_gate": {"requester", "operator", "superuser"}}
@@ -196,6 +202,10 @@ def api_call(world, role, action):
     gate, failed, fresh = world["gate"].pk, world["failed"].pk, world["fresh"].pk
     if action in ADDED:
         return post_json(client, f"/api/runs/{fresh}/steps", {"steps": [ADDED[action]]})
+    if action == "note_run":
+        return post_json(client, f"/api/runs/{fresh}/transition", {"summary": "halfway"})
+    if action == "start_for_other":
+        return post_json(client, "/api/runs", {"spec": "release", "owner": "mia"})
     if action.startswith("report_"):
         run, key = {"report_wait": (fresh, "agent"), "report_worker": (fresh, "build"),
                     "report_gate": (gate, "qa")}[action]
@@ -266,7 +276,8 @@ def test_htmx_press(world, action, role):
 
 @pytest.mark.parametrize("role", ROLES)
 @pytest.mark.parametrize("action", [*WEB_ACTIONS, "start", "load_spec", "goal_change",
-                                    *ADDED, "report_wait", "report_worker", "report_gate"])
+                                    *ADDED, "report_wait", "report_worker", "report_gate",
+                                    "note_run", "start_for_other"])
 def test_api(world, action, role):
     response = api_call(world, role, action)
     expect(world, action, role, response, denied=403)
