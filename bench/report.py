@@ -72,6 +72,13 @@ def table(results: list[dict]) -> str:
         lambda r: f"{r['profile']['replay']['as_sent']['database_cpu_ms_per_step']:.2f} / "
                   f"{r['profile']['replay']['one_round_trip']['database_cpu_ms_per_step']:.2f}"
         if r["backend"] == "postgres" else "n/a")
+    def versions(r):
+        cpu = r["profile"]["row_versions"]["database_cpu_ms"]
+        return (f"{cpu['floor_pair']:.2f} / {cpu['two_rows']:.2f} / {cpu['three_rows']:.2f} / "
+                f"{cpu['five_rows']:.2f}")
+
+    row("  a step's writes, db CPU ms: floor / 2 / 3 / 5 rows",
+        lambda r: versions(r) if r["backend"] == "postgres" else "n/a", "<= 0.4")
     row("beside a backlog: start / end ms",
         lambda r: f"{r['fairness']['first_step_started_ms']['median']:.0f} / "
                   f"{r['fairness']['completed_ms']['median']:.0f}", "200 / 1000")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench import replay
+from bench import replay, row_versions
 from bench.plumbing import chain_spec
 
 
@@ -51,3 +51,9 @@ def measure(bench) -> None:
         # The same work's statements without the engine's Python, as sent and (PostgreSQL)
         # one round trip a transaction: how far a server-side step could go.
         "replay": replay.measure(bench, n)}
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        # What fewer rows a step would cost: the bound on the replay's database CPU.
+        bench.results["profile"]["row_versions"] = row_versions.measure(
+            bench.pick(300, 2000, 3000))
