@@ -197,18 +197,10 @@ def retry(fire_id: int, now: datetime, report: TickReport) -> int | None:
         if fired is None or fired.retries >= schedule.retry_limit or not schedule.enabled:
             return None  # another tick took it, or nothing is left to do
         failed, number = fired.run, fired.retries + 1
-        goal = schedule.goal if schedule.goal and not schedule.goal.is_closed else None
         try:
             with transaction.atomic():
-                opened = engine.open_run(
-                    schedule.spec_name, actor=f"schedule {schedule.name}", goal=goal,
-                    idempotency_key=f"{slot_key(schedule.pk, fired.slot_at)}:retry-{number}",
-                    shared_state={**schedule.shared_state,
-                                  "scheduled_for": fired.slot_at.isoformat(),
-                                  "retry_of": failed.pk, "retry": number},
-                    title=f"{schedule.name} {fired.slot_at:%Y-%m-%d %H:%M} "
-                          f"(retry {number} of {schedule.retry_limit})",
-                    params=schedule.params or None, reuse=schedule.reuse)
+                opened = _open(schedule, fired.slot_at, retry=number,
+                               state={"retry_of": failed.pk, "retry": number})
         except engine.WorkflowError as exc:
             fired.retries = number
             fired.reason = f"retry {number} not opened: {exc}"[:300]
@@ -249,18 +241,25 @@ def slot_of(key: str) -> tuple[str, str] | None:
     return (schedule, slot) if prefix == "schedule" and schedule and slot else None
 
 
+def _open(schedule: Schedule, slot: datetime, *, retry: int = 0, state=None):
+    """The run of a schedule's slot (`retry`: the slot opened again, that many times), under
+    the slot's key, its goal while the goal is open."""
+    goal = schedule.goal if schedule.goal and not schedule.goal.is_closed else None
+    key, title = slot_key(schedule.pk, slot), f"{schedule.name} {slot:%Y-%m-%d %H:%M}"
+    if retry:
+        key, title = f"{key}:retry-{retry}", f"{title} (retry {retry} of {schedule.retry_limit})"
+    return engine.open_run(
+        schedule.spec_name, actor=f"schedule {schedule.name}", goal=goal, idempotency_key=key,
+        shared_state={**schedule.shared_state, "scheduled_for": slot.isoformat(),
+                      **(state or {})},
+        title=title, params=schedule.params or None, reuse=schedule.reuse)
+
+
 def _start(schedule: Schedule, slot: datetime) -> int | None:
     try:
         with transaction.atomic():
             fired = ScheduleFire.objects.create(schedule=schedule, slot_at=slot)
-            goal = schedule.goal if schedule.goal and not schedule.goal.is_closed else None
-            opened = engine.open_run(
-                schedule.spec_name, actor=f"schedule {schedule.name}", goal=goal,
-                idempotency_key=slot_key(schedule.pk, slot),
-                shared_state={**schedule.shared_state, "scheduled_for": slot.isoformat()},
-                title=f"{schedule.name} {slot:%Y-%m-%d %H:%M}",
-                params=schedule.params or None, reuse=schedule.reuse,
-            )
+            opened = _open(schedule, slot)
             fired.run = opened.run
             if opened.reused:
                 fired.reason = f"its key was used already: run {opened.run.pk} (reuse: " \

@@ -27,11 +27,8 @@ def match_by_email(provider: str, team: str, chat_user: str, name: str,
     e-mail as the chat platform gives (None when there is not exactly one)."""
     if not email:
         return None
-    users = {i.user_id: i.user for i in SsoIdentity.objects.select_related("user").filter(
-        email__iexact=email, email_verified=True, user__is_active=True)}
-    if len(users) != 1:
-        return None
-    return _link(provider, team, chat_user, name, next(iter(users.values())), "email")
+    return _link_the_one(SsoIdentity.objects.filter(email__iexact=email, email_verified=True),
+                         provider, team, chat_user, name, "email")
 
 
 def match_by_object_id(provider: str, team: str, chat_user: str, name: str,
@@ -41,11 +38,18 @@ def match_by_object_id(provider: str, team: str, chat_user: str, name: str,
     did at sign-in (None when not exactly one)."""
     if not object_id or not team:
         return None
-    users = {i.user_id: i.user for i in SsoIdentity.objects.select_related("user").filter(
-        object_id=object_id, tenant_id=team, user__is_active=True)}
+    return _link_the_one(SsoIdentity.objects.filter(object_id=object_id, tenant_id=team),
+                         provider, team, chat_user, name, "object id")
+
+
+def _link_the_one(identities, provider, team, chat_user, name, how) -> ChatIdentity | None:
+    """Link the account to the one active person these sign-on identities name (None when
+    they name nobody, or several)."""
+    users = {i.user_id: i.user for i in identities.select_related("user").filter(
+        user__is_active=True)}
     if len(users) != 1:
         return None
-    return _link(provider, team, chat_user, name, next(iter(users.values())), "object id")
+    return _link(provider, team, chat_user, name, next(iter(users.values())), how)
 
 
 def object_ids(provider: str, team: str, user_ids) -> set[str]:

@@ -69,12 +69,10 @@ def gate_message(gate: Step):
         if waiting else [])
 
 
-def _post_once(chat, gate: Step, channel: str, message) -> None:
-    """Post the gate to a channel unless this attempt is there already. The row is claimed
-    first, so two deliveries at once post once. A row left without its reference (the
-    platform answered too late, or the worker died before saving it) may have been posted:
-    the channel is searched for the message first (it carries the gate and attempt) and
-    that one adopted, so a retry posts once."""
+def _claim(chat, gate: Step, channel: str, *, final: bool = False):
+    """(this attempt's message row for the channel, whether it was there already), claimed
+    so that two deliveries at once send once; None when another delivery holds it, or it was
+    sent already."""
     row = ChatMessage.objects.filter(step=gate, attempt=gate.attempt, provider=chat.name,
                                      channel=channel).first()
     retried = row is not None
@@ -82,11 +80,22 @@ def _post_once(chat, gate: Step, channel: str, message) -> None:
         try:
             with transaction.atomic():
                 row = ChatMessage.objects.create(step=gate, attempt=gate.attempt,
-                                                 provider=chat.name, channel=channel)
+                                                 provider=chat.name, channel=channel,
+                                                 final=final)
         except IntegrityError:
-            return  # another delivery is posting it
-    if row.ref:
+            return None  # another delivery is sending it
+    return None if row.ref else (row, retried)
+
+
+def _post_once(chat, gate: Step, channel: str, message) -> None:
+    """Post the gate to a channel unless this attempt is there already. A row left without
+    its reference (the platform answered too late, or the worker died before saving it) may
+    have been posted: the channel is searched for the message first (it carries the gate and
+    attempt) and that one adopted, so a retry posts once."""
+    claimed = _claim(chat, gate, channel)
+    if claimed is None:
         return
+    row, retried = claimed
     ref = chat.find(channel, gate.pk, gate.attempt) if retried else None
     if ref is None:
         ref = chat.post(channel, message)
@@ -137,21 +146,12 @@ def _tell_once(chat, gate: Step, user_id: int, text: str) -> None:
     identity = ChatIdentity.objects.filter(provider=chat.name, user_id=user_id).first()
     if identity is None:
         return  # not linked on this platform: mail tells them
-    channel = f"@{identity.chat_user}"[:100]
-    row = ChatMessage.objects.filter(step=gate, attempt=gate.attempt, provider=chat.name,
-                                     channel=channel).first()
-    if row is None:
-        try:
-            with transaction.atomic():
-                row = ChatMessage.objects.create(step=gate, attempt=gate.attempt,
-                                                 provider=chat.name, channel=channel,
-                                                 final=True)
-        except IntegrityError:
-            return
-    if row.ref:
+    claimed = _claim(chat, gate, f"@{identity.chat_user}"[:100], final=True)
+    if claimed is None:
         return
     chat.dm(identity.chat_user, text)
-    ChatMessage.objects.filter(pk=row.pk).update(ref="direct", posted_at=timezone.now())
+    ChatMessage.objects.filter(pk=claimed[0].pk).update(ref="direct",
+                                                        posted_at=timezone.now())
 
 
 def gate_message_of_attempt(gate: Step, row: ChatMessage):

@@ -28,7 +28,9 @@ urlpatterns = [
     path("runs/<int:pk>/steps/<str:key>/<str:action>/passkey/", runs.passkey_challenge,
          name="passkey_challenge"),
     path("sign/complete/", runs.sign_complete, name="sign_complete"),
-    path("chat/slack/interactions/", chat.slack_interactions, name="slack_interactions"),
-    path("chat/teams/messages/", chat.teams_messages, name="teams_messages"),
+    path("chat/slack/interactions/", chat.platform_requests, {"platform": "slack"},
+         name="slack_interactions"),
+    path("chat/teams/messages/", chat.platform_requests, {"platform": "teams"},
+         name="teams_messages"),
     path("chat/link/<str:token>/", chat.chat_link, name="chat_link"),
 ]

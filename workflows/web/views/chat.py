@@ -9,12 +9,23 @@ from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST
 
-from workflows.chat import identities, interactions, slack, teams
+from workflows.chat import identities, interactions, providers
 from workflows.chat.base import Refused
 from workflows.delivery import dispatch
 
 
-def _receive(request, chat):
+# The platforms sign their requests (Slack a signature, the Bot Framework a bearer token):
+# there is no session or form to forge.
+@csrf_exempt
+@login_not_required
+@require_POST
+def platform_requests(request, platform: str):
+    """A chat platform's requests (Slack's interactions, the Teams app's messaging
+    endpoint: presses and refreshes), answered within its time limit; a press is decided
+    after, by a worker."""
+    chat = providers.get(platform)
+    if chat is None:
+        raise Http404(f"{platform.capitalize()} is not set up.")
     try:
         answer, press_id = interactions.receive(chat, request.headers, request.body)
     except Refused as exc:
@@ -22,27 +33,6 @@ def _receive(request, chat):
     if press_id is not None:
         dispatch.handle_chat_press(press_id)
     return JsonResponse(answer) if answer else HttpResponse(status=200)
-
-
-@csrf_exempt  # Slack signs its requests; there is no session or form to forge
-@login_not_required
-@require_POST
-def slack_interactions(request):
-    chat = slack.provider()
-    if chat is None:
-        raise Http404("Slack is not set up.")
-    return _receive(request, chat)
-
-
-@csrf_exempt  # the Bot Framework signs its requests (a bearer token); no form to forge
-@login_not_required
-@require_POST
-def teams_messages(request):
-    """The Teams app's messaging endpoint: card presses and refreshes."""
-    chat = teams.provider()
-    if chat is None:
-        raise Http404("Teams is not set up.")
-    return _receive(request, chat)
 
 
 @require_http_methods(["GET", "POST"])
