@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test test-busy lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,8 +40,15 @@ AXE := tests/support/axe/node_modules/.package-lock.json
 $(AXE): tests/support/axe/package-lock.json
 	cd tests/support/axe && npm ci --no-audit --no-fund --loglevel=error
 
+# The suite runs on parallel workers (pytest-xdist, the -n of pyproject.toml): each has its
+# own database, queue, spool, ports and files; then the few marked serial, alone.
+# PYTEST_ARGS adds options (-n 2, a path, -k).
 test: lint $(OIDC_PROVIDER) $(AXE)
-	$(BIN)/pytest
+	scripts/test $(PYTEST_ARGS)
+
+# The suite on a machine that other jobs keep busy: busy loops hold every core meanwhile.
+test-busy: lint $(OIDC_PROVIDER) $(AXE)
+	scripts/busy $(BUSY_LOOPS) -- scripts/test $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python bench/run.py

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import json
+import sys
+
 import pytest
 from django.contrib.auth.models import Group, Permission, User
 
@@ -27,6 +30,14 @@ def _clock_measured_before_each_test():
     minute, in whichever request crosses the minute: taken as measured when each test
     starts, so that it never lands among the queries a test counts."""
     clock.defer_measuring()
+
+
+@pytest.fixture(autouse=True)
+def _logs_of_this_test():
+    """A failed wait shows the logs of the processes this test started, not an earlier one's."""
+    from .support.processes import LOGS
+
+    LOGS.clear()
 
 
 def make_user(username: str, *groups: str, perms: tuple[str, ...] = (), **fields) -> User:
@@ -97,17 +108,52 @@ def events_server():
     import subprocess
     import sys
 
-    from .support.processes import ROOT, free_port, port_open, stop, wait_for
+    from .support.processes import ROOT, listener, port_open, stop, wait_for
     from .workflows.consumers import consumer_env
 
-    port = free_port()
+    sock = listener()
+    port = sock.getsockname()[1]
     server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "tollgate.events:app", "--host", "127.0.0.1",
-         "--port", str(port), "--log-level", "warning"],
+        [sys.executable, "-m", "uvicorn", "tollgate.events:app", "--fd", str(sock.fileno()),
+         "--log-level", "warning"], pass_fds=(sock.fileno(),),
         cwd=ROOT, env=consumer_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for(lambda: port_open(port) or server.poll() is not None, 60, what="uvicorn")
     assert server.poll() is None, "the events server did not start"
     EVENTS_SERVERS[port] = server.pid
     yield port
     stop(server, sig=15)
+    sock.close()
     EVENTS_SERVERS.pop(port, None)
+
+
+# The fault tally (tests/faults/conftest.py) of each parallel worker, added up here and printed
+# once: CI counts the faults injected across its passes from this line.
+def pytest_sessionfinish(session):
+    output = getattr(session.config, "workeroutput", None)
+    faults = sys.modules.get("tests.faults.conftest")
+    if output is not None and faults is not None:
+        output["fault_tally"] = json.dumps({"tally": faults.TALLY,
+                                            "anomalies": faults.ANOMALIES})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    found = getattr(node, "workeroutput", {}).get("fault_tally")
+    if found:
+        from tests.faults import conftest as faults
+
+        found = json.loads(found)
+        for name, count in found["tally"].items():
+            faults.TALLY[name] = faults.TALLY.get(name, 0) + count
+        faults.ANOMALIES.extend(found["anomalies"])
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter):
+    faults = sys.modules.get("tests.faults.conftest")
+    if faults is None or not (faults.TALLY["runs checked"] or faults.TALLY["faults injected"]):
+        return
+    terminalreporter.section("fault injection")
+    terminalreporter.write_line(", ".join(f"{k}: {v}" for k, v in faults.TALLY.items()))
+    for anomaly in faults.ANOMALIES:
+        terminalreporter.write_line(f"  anomaly: {anomaly}")

@@ -11,6 +11,16 @@ os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "var",
     f"metrics-test-{os.getpid()}"))
 
+# Each test session (an xdist worker is one) keeps its own spool and seal key, named by its
+# pid as its database and queue are, so that neighbours running at once never share a folder
+# or a key; its consumers inherit them through the environment.
+os.environ.setdefault("TOLLGATE_SPOOL_DIR", os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "var",
+    f"spool-test-{os.getpid()}"))
+os.environ.setdefault("TOLLGATE_AUDIT_KEY_FILE", os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "var",
+    f"audit-key-test-{os.getpid()}.pem"))
+
 from tollgate.settings import *  # noqa: E402,F403
 from tollgate.settings import DATABASES, HUEY, VAR_DIR  # noqa: E402
 

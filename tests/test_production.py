@@ -14,7 +14,7 @@ from django.contrib.auth.models import Permission
 from workflows.models import ApiToken
 
 from .conftest import RELEASE
-from .support.processes import ROOT, free_port, start_gunicorn, wait_for
+from .support.processes import ROOT, listener, start_gunicorn, wait_for
 from .workflows.consumers import Consumer, consumer_env
 
 PRODUCTION = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50),
@@ -57,8 +57,9 @@ def test_gunicorn_and_two_consumers_run_a_release(people, tmp_path, settings):
            "TOLLGATE_SSL_REDIRECT": "0", "TOLLGATE_SECURE_COOKIES": "0"}
     subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"],
                    cwd=ROOT, env=env, check=True, timeout=120)
-    port = free_port()
-    web = start_gunicorn(env, port)
+    sock = listener()
+    port = sock.getsockname()[1]
+    web = start_gunicorn(env, sock)
     consumers = [Consumer(workers=2, log=tmp_path / "consumers.log",
                           **{k: env[k] for k in PRODUCTION}) for _ in range(2)]
     base = f"http://127.0.0.1:{port}"

@@ -109,6 +109,9 @@
       clearTimeout(quiet);
       quiet = setTimeout(function () { stream.close(); fallBack(id); }, 15000);
     }
+    // Counted from the start, not from the stream's opening: a server frozen before it
+    // answered leaves the stream connecting, with neither an open nor an error to hear.
+    heard();
     stream.onopen = function () { heard(); clearInterval(fallBacks[id]); delete fallBacks[id]; };
     stream.addEventListener("still", heard);
     stream.addEventListener("changed", function () { clearTimeout(quiet); stream.close(); ask(id); });

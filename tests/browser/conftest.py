@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.oidc import oidc_provider  # noqa: F401  (a real OIDC provider process)
+from tests.support.processes import patience
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls here are still sync.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -36,7 +37,8 @@ def browser():
 def page(browser, live_server):
     context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
     page = context.new_page()
-    page.set_default_timeout(15000)
+    # Every wait of a page gets the suite's generous bound (tests/support/processes.py).
+    page.set_default_timeout(patience() * 1000)
     # The pages run under a strict Content-Security-Policy: any violation fails the test.
     violations = []
     page.on("console", lambda msg: violations.append(msg.text)

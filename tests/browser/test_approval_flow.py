@@ -53,7 +53,7 @@ def test_approver_approves_from_inbox_and_sees_the_run_move_on(page, shoot, wait
     page.click(f"a[href='/runs/{waiting_run.pk}/']")
     page.evaluate("window.__noReload = true")
     # The consumer runs deploy; the page polls and shows it without a reload.
-    page.wait_for_selector("#run-poll[data-status=completed]", state="attached", timeout=30000)
+    page.wait_for_selector("#run-poll[data-status=completed]", state="attached")
     assert page.evaluate("window.__noReload") is True
     assert "deployed <script>" in page.text_content("pre.stdout")  # escaped, shown as text
     assert page.evaluate("document.querySelectorAll('#run-body script').length") == 0
@@ -206,8 +206,7 @@ def test_the_inbox_is_live(page, waiting_run, people):
     page.evaluate("window.__noReload = true")
     page.wait_for_selector(f"#gate-{spec_gate.pk} button:has-text('Approve')")
     engine.cancel_run(waiting_run, actor="test")  # the gate is gone elsewhere
-    page.wait_for_selector(f"#gate-{spec_gate.pk}.decided >> text=No longer waits on you",
-                           timeout=15000)
+    page.wait_for_selector(f"#gate-{spec_gate.pk}.decided >> text=No longer waits on you")
     assert page.query_selector(f"#gate-{spec_gate.pk} button") is None
     assert page.text_content("#inbox-count") == "0"
     assert page.evaluate("window.__noReload") is True
@@ -229,8 +228,7 @@ def test_an_open_inbox_polls_its_versions_and_reads_the_database_only_on_a_chang
                            ".filter(e => e.name.includes('poll=1')).length >= n", arg=3)
     assert answers and all(status == 204 and seen is None for status, seen in answers)
     engine.approve(waiting_run, "qa", user=people["bob"])
-    page.wait_for_selector(f"#gate-{gate.pk}.decided >> text=No longer waits on you",
-                           timeout=15000)
+    page.wait_for_selector(f"#gate-{gate.pk}.decided >> text=No longer waits on you")
     # The answer that brought the change gave new versions, and the poller sends them.
     page.wait_for_function(f"() => document.querySelector('#inbox-poll input[name=seen]')"
                            f".value !== {first!r}")
@@ -253,8 +251,8 @@ def test_what_a_person_types_survives_a_live_update(page, shoot, waiting_run, pe
     work(third, "build")
     engine.approve(two, "qa", user=people["bob"])  # 1 of 2, decided elsewhere
     arrived = third.steps.get(key="qa").pk
-    page.wait_for_selector(f"#gate-{arrived}", timeout=15000)
-    page.wait_for_selector(f"#quorum-{slow.pk} >> text=bob approved", timeout=15000)
+    page.wait_for_selector(f"#gate-{arrived}")
+    page.wait_for_selector(f"#quorum-{slow.pk} >> text=bob approved")
     assert page.input_value(
         f"#gate-{slow.pk} textarea[aria-label^='Approval comment']") == "checked the diff"
     assert page.is_checked(f"#gate-{gate.pk} input[name=gate]")

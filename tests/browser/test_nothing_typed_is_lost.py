@@ -41,8 +41,8 @@ def test_the_run_page_keeps_what_is_typed_while_others_decide_and_steps_finish(
     engine.approve(run, "qa", user=people["bob"])  # another approver, 1 of 2
     engine.start_step(run, "lint")
     engine.complete_step(run, "lint", summary="lint clean")  # a worker finishes a step
-    page.wait_for_selector("#step-qa >> text=bob", timeout=15000)
-    page.wait_for_selector("#step-lint .status >> text=completed", timeout=15000)
+    page.wait_for_selector("#step-qa >> text=bob")
+    page.wait_for_selector("#step-lint .status >> text=completed")
     assert page.input_value(approve) == "checked the dashboards,\nall green"
     assert page.input_value(reject) == "if it fails: the canary"
     # The field being typed in keeps the focus through the update.
@@ -79,7 +79,7 @@ def test_the_bulk_comment_and_ticks_survive_an_arriving_gate_and_a_refusal(page,
         page.check(f"#pick-{pk}")
     third = engine.open_run("two-keys", actor=people["alice"], title="Ship 4.2").run
     work(third, "build")
-    page.wait_for_selector(f"#gate-{third.steps.get(key='qa').pk}", timeout=15000)
+    page.wait_for_selector(f"#gate-{third.steps.get(key='qa').pk}")
     # The arrival is said aloud, and nothing typed or ticked was lost.
     page.wait_for_selector("#live >> text=New gate: QA sign-off")
     assert page.input_value(bulk) == "both checked on staging"
@@ -91,6 +91,6 @@ def test_the_bulk_comment_and_ticks_survive_an_arriving_gate_and_a_refusal(page,
     page.wait_for_selector(f"#gate-{gates[0]} .age >> text=waiting 5 min")
     page.fill(bulk, "")
     page.click("button:has-text('Reject selected')")  # refused: a reject needs a comment
-    page.wait_for_selector("[role=alert] >> text=comment", timeout=15000)
+    page.wait_for_selector("[role=alert] >> text=comment")
     assert all(page.is_checked(f"#pick-{pk}") for pk in gates)
     assert not Approval.objects.exists()

@@ -1,8 +1,7 @@
-"""The fault-injection suite: every fault is counted, every run checked, anomalies listed."""
+"""The fault-injection suite: every fault is counted, every run checked, anomalies listed
+(added up across parallel workers and printed by tests/conftest.py)."""
 
 from __future__ import annotations
-
-import pytest
 
 TALLY = {"faults injected": 0, "runs checked": 0, "overlapping attempts": 0, "results lost": 0,
          "compensations run twice": 0, "steps stuck": 0, "mails and webhooks lost": 0,
@@ -44,12 +43,3 @@ def check_run(run_id: int, allowed: tuple[str, ...] = ("completed",)) -> list[st
 
 def injected(count: int = 1) -> None:
     TALLY["faults injected"] += count
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_terminal_summary(terminalreporter):
-    if TALLY["runs checked"] or TALLY["faults injected"]:
-        terminalreporter.section("fault injection")
-        terminalreporter.write_line(", ".join(f"{k}: {v}" for k, v in TALLY.items()))
-        for anomaly in ANOMALIES:
-            terminalreporter.write_line(f"  anomaly: {anomaly}")

@@ -21,7 +21,7 @@ from workflows.models import ApiToken, Checkpoint, Step
 from workflows.specs.storage import store_spec
 
 from ..support.attempts import logged_shell, overlaps
-from ..support.processes import ROOT, free_port, start_gunicorn, stop, wait_for
+from ..support.processes import ROOT, listener, start_gunicorn, stop, wait_for
 from ..workflows.consumers import consumer_env
 from .conftest import check_run, injected
 
@@ -54,7 +54,8 @@ def test_a_web_server_whose_clock_steps_decides_gates_on_the_databases_clock(
     env = {**consumer_env(), "TOLLGATE_VAR_DIR": str(tmp_path), "ALLOWED_HOSTS": "127.0.0.1",
            "TOLLGATE_SSL_REDIRECT": "0", "TOLLGATE_SECURE_COOKIES": "0",
            "SECRET_KEY": "clock-" + "x" * 50}
-    port = free_port()
+    sock = listener()
+    port = sock.getsockname()[1]
 
     def approve(run) -> tuple[int, str]:
         request = urllib.request.Request(
@@ -67,7 +68,7 @@ def test_a_web_server_whose_clock_steps_decides_gates_on_the_databases_clock(
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()
 
-    web = start_gunicorn(env, port, workers=1, wall_step=str(offset))
+    web = start_gunicorn(env, sock, workers=1, wall_step=str(offset))
     try:
         assert approve(anchor)[0] == 200  # the server has read the database's time
         offset.write_text(step)

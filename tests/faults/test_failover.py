@@ -18,7 +18,7 @@ from django.db import connection
 
 from ..support.attempts import logged_shell, overlaps
 from ..support.postgres_pair import PostgresPair, binaries
-from ..support.processes import ROOT, free_port, start_gunicorn, stop, wait_for
+from ..support.processes import ROOT, listener, start_gunicorn, stop, wait_for
 from ..workflows.consumers import Consumer, consumer_env
 from .conftest import ANOMALIES, TALLY, injected
 
@@ -108,8 +108,9 @@ def test_postgresql_failover_loses_no_committed_transition(tmp_path):
             {"key": "ship", "depends_on": ["qa"], "max_retries": 20,
              "run": {"shell": logged_shell(log, 0.3)}}]}
         tokens = json.loads(manage(env, "-m", "tests.faults.remote", "setup", json.dumps(spec)))
-        port = free_port()
-        web = start_gunicorn(env, port)
+        sock = listener()
+        port = sock.getsockname()[1]
+        web = start_gunicorn(env, sock)
         consumers = [Consumer(workers=2, **env),
                      Consumer(workers=2, container="box" if os.geteuid() == 0 else "", **env)]
         client = Client(port, tokens)

@@ -72,8 +72,12 @@ class WorkerHost:
     def __init__(self, index: int):
         self.name = f"tollgate-{os.getpid()}-{index}"
         self.link = f"tg{os.getpid() % 100000}h{index}"
-        self.inside_address = f"10.231.{index}.2"
-        self.outside_address = f"10.231.{index}.1"
+        # A subnet per parallel test worker (gw0, gw1, ...) and host, so hosts of tests
+        # running at once never share an address.
+        worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
+        subnet = f"10.231.{(worker * 16 + index) % 256}"
+        self.inside_address = f"{subnet}.2"
+        self.outside_address = f"{subnet}.1"
         self.forwarders: list[Forwarder] = []
         ip("netns", "add", self.name)
         try:

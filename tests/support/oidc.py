@@ -7,20 +7,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from .processes import listener
+
 PROVIDER_DIR = Path(__file__).parent / "oidc_provider"
 CLIENT_ID, CLIENT_SECRET = "tollgate", "client-secret-for-tests"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Provider:
@@ -41,7 +36,8 @@ def oidc_provider(live_server, settings, tmp_path):
         pytest.fail("Node.js is needed for the sign-on tests (apt-get install nodejs npm)")
     if not (PROVIDER_DIR / "node_modules" / "oidc-provider").exists():
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=PROVIDER_DIR, check=True)
-    port = _free_port()
+    sock = listener()  # handed to the provider: a port nobody else can take meanwhile
+    port = sock.getsockname()[1]
     users = tmp_path / "users.json"
     users.write_text("{}")
     client = {"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET,
@@ -49,8 +45,9 @@ def oidc_provider(live_server, settings, tmp_path):
               "post_logout_redirect_uris": [f"{live_server.url}/login/"]}
     process = subprocess.Popen(
         [node, "server.mjs"], cwd=PROVIDER_DIR, stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, text=True,
-        env={**os.environ, "PORT": str(port), "USERS_FILE": str(users),
+        stderr=subprocess.DEVNULL, text=True, pass_fds=(sock.fileno(),),
+        env={**os.environ, "PORT": str(port), "LISTEN_FD": str(sock.fileno()),
+             "USERS_FILE": str(users),
              "CLIENT": json.dumps(client)})
     try:
         line = process.stdout.readline()  # "listening ..." once it accepts connections
@@ -69,3 +66,4 @@ def oidc_provider(live_server, settings, tmp_path):
     finally:
         process.terminate()
         process.wait(10)
+        sock.close()

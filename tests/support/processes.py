@@ -19,15 +19,54 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def wait_for(predicate, timeout: float = 30, interval: float = 0.1, what: str = "condition"):
-    """Poll `predicate` until it returns something truthy; fail with `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
+# However busy the machine, another process gets this long (seconds) to do what a test waits
+# for. A wait that succeeds returns at once, so only a failure costs the whole bound; the
+# bounds a test names are floors raised to this. TOLLGATE_TEST_PATIENCE scales it.
+PATIENCE = 180 * float(os.environ.get("TOLLGATE_TEST_PATIENCE", "1"))
+
+
+def patience(seconds: float = 0) -> float:
+    """The bound for a wait a test names `seconds` long: never less than PATIENCE."""
+    return max(seconds, PATIENCE)
+
+
+# The log files of the processes the running test started (cleared before each test): a
+# wait that fails shows their ends.
+LOGS: list = []
+
+
+def wait_for(predicate, timeout: float = 0, interval: float = 0.1, what: str = "condition",
+             log=None):
+    """Poll `predicate` until it returns something truthy, for the generous bound of
+    `patience(timeout)`; on timeout fail saying what it waited for, with the end of `log`
+    (the other process's log file, or several) when given."""
+    bound = patience(timeout)
+    deadline = time.monotonic() + bound
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    raise AssertionError(f"timed out after {bound:.0f}s waiting for {what}"
+                         f"{log_tail(LOGS if log is None else log)}")
+
+
+def log_tail(log, size: int = 4000) -> str:
+    """The end of each log file named (a path, an open file, or a list of them), to show
+    with a failure: what the other process was doing."""
+    if log is None:
+        return ""
+    shown = ""
+    for one in log if isinstance(log, (list, tuple)) else [log]:
+        path = Path(getattr(one, "name", one))
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(max(0, path.stat().st_size - size))
+                text = handle.read().decode(errors="replace")
+        except (OSError, TypeError):
+            continue
+        shown += f"\n--- the end of {path.name}:\n{text}"
+    return shown
 
 
 def port_open(port: int) -> bool:
@@ -116,17 +155,33 @@ def answers(port: int, path: str = "/healthz") -> bool:
         conn.close()
 
 
-def start_gunicorn(env: dict, port: int, *, workers: int = 2,
+def listener() -> socket.socket:
+    """A socket listening on a port the OS chose on 127.0.0.1, to hand to a server process
+    (start_gunicorn, the events server): nobody else can take its port meanwhile, as
+    another test running beside could take a port that was only looked up free."""
+    sock = socket.create_server(("127.0.0.1", 0), backlog=128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def start_gunicorn(env: dict, port: int | socket.socket, *, workers: int = 2,
                    wall_step: str = "") -> subprocess.Popen:
-    """gunicorn serving tollgate.wsgi on 127.0.0.1:port; returns once it answers (on a
-    busy machine its workers can take many seconds to load Django). With `wall_step`, its
-    wall clock steps as start_consumer's does."""
+    """gunicorn serving tollgate.wsgi on 127.0.0.1:port, or on a `listener()` handed over
+    (the test keeps it, so a gunicorn started again serves the same port); returns once it
+    answers (on a busy machine its workers can take many seconds to load Django). In a
+    session of its own: killpg ends it and its workers. With `wall_step`, its wall clock
+    steps as start_consumer's does."""
     if wall_step:
         env = {**env, "LD_PRELOAD": wallstep(), "WALLSTEP_FILE": wall_step}
+    if isinstance(port, socket.socket):
+        bind, fds, port = f"fd://{port.fileno()}", (port.fileno(),), port.getsockname()[1]
+    else:
+        bind, fds = f"127.0.0.1:{port}", ()
     web = subprocess.Popen(
-        [str(Path(sys.executable).with_name("gunicorn")), "tollgate.wsgi", "--bind",
-         f"127.0.0.1:{port}", "--workers", str(workers), "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [str(Path(sys.executable).with_name("gunicorn")), "tollgate.wsgi", "--bind", bind,
+         "--workers", str(workers), "--log-level", "warning"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        pass_fds=fds, start_new_session=True)
     wait_for(lambda: answers(port) or web.poll() is not None, 120, what="gunicorn")
     assert web.poll() is None, "gunicorn exited before it answered"
     return web

@@ -9,9 +9,10 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
-from ..support.processes import ROOT, inner_pid, start_consumer, stop, wait_for
+from ..support.processes import LOGS, ROOT, inner_pid, start_consumer, stop, wait_for
 
-__all__ = ["ROOT", "Consumer", "consumer_env", "database_url", "freeze", "wait_for"]
+__all__ = ["ROOT", "Consumer", "consumer_env", "database_url", "freeze", "wait_for",
+           "wait_stopped"]
 
 
 def _sqlite_writable() -> bool:
@@ -30,6 +31,27 @@ def _sqlite_writable() -> bool:
         probe.close()
 
 
+def wait_stopped(pid: int) -> None:
+    """Until every thread of `pid` has stopped: SIGSTOP is delivered asynchronously, and a
+    process on the other core runs on (and may take a lock) after kill() has returned."""
+    def stopped() -> bool:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            return True
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/stat") as handle:
+                    state = handle.read().rpartition(")")[2].split()[0]
+            except (FileNotFoundError, IndexError):
+                continue
+            if state not in ("T", "t", "Z", "X"):
+                return False
+        return True
+
+    wait_for(stopped, interval=0.005, what=f"process {pid} to stop")
+
+
 def freeze(pid: int, timeout: float = 60) -> None:
     """SIGSTOP a consumer. On SQLite, at a moment it holds no write lock: SQLite has one
     writer, and a consumer frozen inside a write would hold every other writer back until
@@ -40,6 +62,7 @@ def freeze(pid: int, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while True:
         os.kill(pid, signal.SIGSTOP)
+        wait_stopped(pid)
         if connection.vendor != "sqlite" or _sqlite_writable():
             return
         os.kill(pid, signal.SIGCONT)
@@ -103,6 +126,8 @@ class Consumer:
     def __init__(self, workers: int = 2, log: Path | None = None, container: str = "",
                  skew: str = "", wall_step: str = "", netns: str = "", **env: str):
         self.log = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
+        if log and Path(log) not in LOGS:
+            LOGS.append(Path(log))
         self.proc = start_consumer(consumer_env(**env), workers=workers, log=self.log,
                                    container=container, skew=skew, wall_step=wall_step,
                                    netns=netns)

@@ -81,6 +81,8 @@ provider.use(async (ctx, next) => {
   await next();
 });
 provider.proxy = false;
-provider.listen(port, '127.0.0.1', () => {
+// LISTEN_FD: a socket the tests opened on a port the OS chose, handed over already listening.
+const where = process.env.LISTEN_FD ? { fd: Number(process.env.LISTEN_FD) } : port;
+provider.listen(where, ...(process.env.LISTEN_FD ? [] : ['127.0.0.1']), () => {
   console.log(`listening ${issuer}`);
 });

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import socket
 import threading
 import time
 import urllib.error
@@ -20,15 +19,10 @@ SIGNING_SECRET = "slack-signing-secret-for-tests"
 TOKEN = "xoxb-tests"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 class FakeSlack:
     def __init__(self):
-        self.port = free_port()
+        self.port = 0  # the OS chooses at the first start; a restart keeps it
         self.calls: list[tuple[str, dict]] = []
         self.emails: dict[str, str] = {}  # Slack user id -> e-mail (users.info)
         self.posted: dict[str, list[dict]] = {}  # channel -> its messages, newest last
@@ -79,6 +73,7 @@ class FakeSlack:
                 self.wfile.write(payload)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.port = self.server.server_address[1]
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

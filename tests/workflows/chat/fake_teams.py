@@ -19,8 +19,6 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
-from .fake_slack import free_port
-
 TENANT = "7b1a2c3d-0000-4000-8000-acme00000001"
 APP_ID = "5f6e7d8c-0000-4000-8000-b0700000tg01"
 APP_PASSWORD = "teams-client-secret-for-tests"
@@ -39,7 +37,7 @@ def new_key():
 
 class FakeTeams:
     def __init__(self):
-        self.port = free_port()
+        self.port = 0  # the OS chooses at the first start; a restart keeps it
         self.key = new_key()
         self.kid = "tollgate-test-key"
         self.calls: list[tuple[str, str, dict]] = []  # (method, path, body)
@@ -131,6 +129,7 @@ class FakeTeams:
                 self._handle("PUT")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.port = self.server.server_address[1]
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
