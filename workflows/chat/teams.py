@@ -186,6 +186,9 @@ _tokens: dict[tuple, tuple[str, float]] = {}
 _tokens_lock = threading.Lock()
 
 
+TEAMS_CHANNEL = "msteams"
+
+
 @lru_cache(maxsize=8)
 def _keys(openid_url: str) -> jwt.PyJWKClient:
     """The Bot Framework's signing keys, from its OpenID metadata (a key not seen before
@@ -343,6 +346,15 @@ class Teams:
         except (jwt.PyJWTError, requests.RequestException, KeyError, ValueError) as exc:
             raise Refused(f"The Bot Framework token is not valid: {exc}") from None
         activity = _activity(body)
+        # The Bot Framework signs for every channel of the bot. Web Chat and Direct Line are
+        # driven by web pages that write the tenant and the person's object id themselves:
+        # only Teams vouches for them, and only a key endorsed for Teams signs for it.
+        if activity.channel_id != TEAMS_CHANNEL:
+            raise Refused(f"The activity comes through the {activity.channel_id or 'unnamed'} "
+                          "channel, not Microsoft Teams.")
+        if TEAMS_CHANNEL not in (key._jwk_data.get("endorsements") or []):
+            raise Refused("The key that signed the token is not endorsed for Microsoft "
+                          "Teams.")
         if claims["serviceUrl"].rstrip("/") != (activity.service_url or "").rstrip("/"):
             raise Refused("The token was issued for another service URL than the activity's.")
         tenant = _tenant(activity)

@@ -40,6 +40,10 @@ class FakeTeams:
         self.port = 0  # the OS chooses at the first start; a restart keeps it
         self.key = new_key()
         self.kid = "tollgate-test-key"
+        # The Bot Framework signs every channel's tokens; each key is endorsed for the
+        # channels it may sign for. This one signs Web Chat's and Direct Line's, which any
+        # web page may drive, and must never decide a gate as Teams.
+        self.web_key, self.web_kid = new_key(), "tollgate-webchat-key"
         self.calls: list[tuple[str, str, dict]] = []  # (method, path, body)
         self.roster: list[dict] = []  # the team's members, as pagedmembers answers
         self.channels: dict[str, list[dict]] = {}  # channel -> messages, oldest first
@@ -107,9 +111,11 @@ class FakeTeams:
                                             "jwks_uri": f"{fake.base}/keys"})
                 if path == "/keys":
                     public = json.loads(RSAAlgorithm.to_jwk(fake.key.public_key()))
-                    return self._send(200, {"keys": [{**public, "kid": fake.kid,
-                                                      "use": "sig",
-                                                      "endorsements": ["msteams"]}]})
+                    web = json.loads(RSAAlgorithm.to_jwk(fake.web_key.public_key()))
+                    return self._send(200, {"keys": [
+                        {**public, "kid": fake.kid, "use": "sig", "endorsements": ["msteams"]},
+                        {**web, "kid": fake.web_kid, "use": "sig",
+                         "endorsements": ["webchat", "directline"]}]})
                 if not path.startswith("/connector/"):
                     return self._send(404, {"error": "not found"})
                 if self.headers.get("Authorization") != f"Bearer {ACCESS_TOKEN}":
@@ -202,11 +208,13 @@ class FakeTeams:
                           headers={"kid": kid or self.kid})
 
     def activity(self, gate, verb: str, member: dict, *, data: dict | None = None,
-                 channel: str = "19:qa@thread.tacv2", tenant: str = TENANT) -> dict:
-        """An Action.Execute on the gate's card, as Teams sends it."""
+                 channel: str = "19:qa@thread.tacv2", tenant: str = TENANT,
+                 channel_id: str = "msteams") -> dict:
+        """An Action.Execute on the gate's card, as Teams sends it (`channel_id`: as another
+        Bot Framework channel would send it)."""
         return {
             "type": "invoke", "name": "adaptiveCard/action", "id": str(uuid.uuid4()),
-            "channelId": "msteams", "serviceUrl": self.service_url,
+            "channelId": channel_id, "serviceUrl": self.service_url,
             "from": {"id": member["id"], "name": member["name"],
                      "aadObjectId": member["aadObjectId"]},
             "recipient": {"id": f"28:{APP_ID}"},

@@ -77,6 +77,31 @@ def test_a_request_is_refused_unless_the_bot_framework_signed_it_for_this_app(te
     assert teams.send(teams.url, press)[0] == 200  # the same press, signed as it should be
 
 
+def test_only_activities_from_teams_signed_by_a_key_endorsed_for_teams_are_taken(
+        teams, driver, people):
+    """Web Chat and Direct Line are Bot Framework channels too, driven by any web page that
+    holds the bot's secret, which writes the tenant and the person's object id itself: their
+    activities never decide, whichever key signed them."""
+    run, gate = waiting(people)
+    bob = teams.member("bob")
+    web_token = teams.token(key=teams.web_key, kid=teams.web_kid)
+    refused = {
+        "webchat": teams.send(teams.url, teams.activity(gate, "tollgate.approve", bob,
+                                                         channel_id="webchat"), web_token),
+        "directline": teams.send(teams.url, teams.activity(
+            gate, "tollgate.approve", bob, channel_id="directline"), web_token),
+        "webchat with a Teams key": teams.send(teams.url, teams.activity(
+            gate, "tollgate.approve", bob, channel_id="webchat")),
+        "Teams with a Web Chat key": teams.send(teams.url, teams.activity(
+            gate, "tollgate.approve", bob), web_token),
+    }
+    assert {why: status for why, (status, _) in refused.items()} == {
+        why: 401 for why in refused}
+    assert "Microsoft Teams" in refused["webchat"][1]["error"]
+    assert "endorsed" in refused["Teams with a Web Chat key"][1]["error"]
+    assert not ChatInteraction.objects.exists() and not Approval.objects.exists()
+
+
 def test_only_people_who_may_decide_see_the_buttons(teams, driver, people):
     for name in ("bob", "carol", "erin", "alice"):
         driver.account(name)
