@@ -223,6 +223,11 @@ def test_a_signed_gate_is_signed_by_signing_in_again_at_the_provider(oidc_provid
     page.goto("/")
     page.get_by_label("Approval comment for Release sign-off").fill("notes checked")
     page.click("button:has-text('or sign in again at Acme')")
+    # What is about to be signed, said in full, and one button that starts it.
+    page.wait_for_selector("h1:has-text('Sign your approval of Release sign-off')")
+    assert "Approved for release" in page.text_content("dl.signing")
+    assert "notes checked" in page.text_content("dl.signing")
+    page.click("button:has-text('Sign in again at Acme to sign')")
     page.wait_for_selector("input[name=login]")  # the provider asks again
     page.fill("input[name=login]", "ann")
     page.fill("input[name=password]", "the provider checks this, not Tollgate")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.conf import settings
 from django.http import HttpResponseRedirect
 from django.test import Client
 
@@ -26,11 +27,12 @@ class Provider:
     """The provider's client as the sign-in views use it, answering as told."""
 
     def __init__(self):
-        self.asked, self.claims = [], {}
+        self.asked, self.claims, self.states = [], {}, []
 
     def authorize_redirect(self, request, redirect_uri, **extra):
         self.asked.append(extra)
-        return HttpResponseRedirect(f"{ISSUER}/auth")
+        self.states.append(f"state-{len(self.states)}")
+        return HttpResponseRedirect(f"{ISSUER}/auth?state={self.states[-1]}")
 
     def authorize_access_token(self, request):
         return {"id_token": "x", "userinfo": {**self.claims, "groups": []}}
@@ -59,19 +61,34 @@ def sam(db):
     return user
 
 
-def ask(client: Client, run, provider, decision="approve", **fields) -> None:
-    """Press "sign in again" on the card, and go to the provider."""
+def decide(client: Client, run, decision="approve", **fields) -> str:
+    """Press "sign in again" on the card: the page that says what is about to be signed."""
     answer = client.post(f"/runs/{run.pk}/steps/qa/{decision}/",
                          {"via": "web", "sign_at_provider": "1", **fields})
-    assert answer.status_code == 302 and answer["Location"].startswith("/sso/sign/")
-    assert client.get(answer["Location"])["Location"] == f"{ISSUER}/auth"
+    assert answer.status_code == 302 and answer["Location"].startswith("/sign/")
+    return answer["Location"]
+
+
+def go(client: Client, confirm: str, provider) -> str:
+    """Press its one button: off to the provider, for that decision; the round trip's state."""
+    page = client.get(confirm)
+    binding = confirm.strip("/").split("/")[-1]
+    assert f'value="{binding}"' in page.content.decode()
+    answer = client.post("/sso/sign/", {"purpose": binding, "next": "/sign/complete/"})
+    assert answer["Location"] == f"{ISSUER}/auth?state={provider.states[-1]}"
     assert provider.asked[-1] == {"max_age": 0, "prompt": "login"}
+    return provider.states[-1]
 
 
-def back(client: Client, provider, **claims):
+def ask(client: Client, run, provider, decision="approve", **fields) -> str:
+    return go(client, decide(client, run, decision, **fields), provider)
+
+
+def back(client: Client, provider, state: str = "", **claims):
     provider.claims = {"sub": "sam-sub", "email": "sam@acme.test", "email_verified": True,
                        **claims}
-    return client.get("/sso/callback/?code=c&state=s", follow=True)
+    return client.get(f"/sso/callback/?code=c&state={state or provider.states[-1]}",
+                      follow=True)
 
 
 def test_the_card_offers_it_only_to_those_who_sign_on(provider, sam, people, signed_gate):
@@ -90,7 +107,11 @@ def test_the_card_offers_it_only_to_those_who_sign_on(provider, sam, people, sig
 def test_a_fresh_sign_in_at_the_provider_signs_the_waiting_decision(provider, sam, signed_gate):
     client = Client()
     client.force_login(sam)
-    ask(client, signed_gate, provider, comment="release notes read")
+    confirm = decide(client, signed_gate, comment="release notes read")
+    shown = client.get(confirm).content.decode()
+    assert "Sign your approval of qa" in shown and MEANING in shown
+    assert "release notes read" in shown
+    go(client, confirm, provider)
     page = back(client, provider, auth_time=int(time.time()))
     assert "You approved qa" in page.content.decode()
     approval = Approval.objects.get()
@@ -129,3 +150,59 @@ def test_a_rejection_needs_its_comment_before_going_anywhere(provider, sam, sign
                          HTTP_HX_REQUEST="true")
     assert "A comment is required to reject" in answer.content.decode()
     assert provider.asked == []
+
+
+def test_a_signed_rejection_says_what_a_rejection_means(provider, sam, signed_gate):
+    client = Client()
+    client.force_login(sam)
+    confirm = decide(client, signed_gate, "reject", comment="notes are missing")
+    shown = client.get(confirm).content.decode()
+    assert "Sign your rejection of qa" in shown and "Rejected" in shown
+    assert MEANING not in shown
+    go(client, confirm, provider)
+    back(client, provider, auth_time=int(time.time()))
+    rejection = Approval.objects.get()
+    assert (rejection.decision, rejection.signature_meaning) == ("reject", "Rejected")
+
+
+def test_a_link_to_the_round_trip_signs_nothing_by_being_opened(provider, sam, signed_gate,
+                                                                people):
+    """A thief holding the session cookie leaves their own decision waiting and sends the
+    victim a link on Tollgate's own host: opening it shows what would be signed and starts
+    nothing; the old GET door is gone."""
+    client = Client()
+    client.force_login(sam)
+    confirm = decide(client, signed_gate, comment="the thief's words")
+    assert client.get(confirm).status_code == 200 and provider.asked == []
+    assert client.get("/sso/sign/?next=/sign/complete/").status_code == 405
+    assert provider.asked == []
+    assert not Approval.objects.exists()
+
+
+def test_the_round_trip_signs_only_the_decision_it_was_started_for(provider, sam, signed_gate):
+    """The person starts signing their decision; a thief with the same session cookie leaves
+    another one waiting meanwhile (and even starts its round trip): the person's return
+    signs their own decision, never the thief's."""
+    victim, thief = Client(), Client()
+    victim.force_login(sam)
+    theirs = decide(victim, signed_gate, comment="mine: notes read")
+    state = go(victim, theirs, provider)
+    thief.cookies[settings.SESSION_COOKIE_NAME] = victim.cookies[settings.SESSION_COOKIE_NAME]
+    go(thief, decide(thief, signed_gate, "reject", comment="the thief's"), provider)
+    back(victim, provider, state=state, auth_time=int(time.time()))
+    approval = Approval.objects.get()
+    assert (approval.decision, approval.comment) == ("approve", "mine: notes read")
+
+
+def test_a_round_trip_completed_in_another_browser_vouches_for_nothing(provider, sam,
+                                                                       signed_gate):
+    """The thief starts the round trip for their decision and sends the provider's link to
+    the victim, who signs in there: back in the victim's browser (the same session, not the
+    browser that started it) nothing is signed."""
+    victim, thief = Client(), Client()
+    victim.force_login(sam)
+    thief.cookies[settings.SESSION_COOKIE_NAME] = victim.cookies[settings.SESSION_COOKIE_NAME]
+    state = ask(thief, signed_gate, provider, comment="the thief's")
+    page = back(victim, provider, state=state, auth_time=int(time.time()))
+    assert "did not vouch for you" in page.content.decode()
+    assert not Approval.objects.exists()

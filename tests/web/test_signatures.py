@@ -66,12 +66,32 @@ def test_a_signed_approval_records_and_shows_who_when_and_what_it_means(signed_g
         "signature_method": "password"} == audit["decisions"][0]
 
 
-def test_a_signed_rejection(signed_gate, people):
-    signed_in(people["bob"]).post(f"/runs/{signed_gate.pk}/steps/qa/reject/",
-                                  {"comment": "not yet", "signature_password": "pw-bob"})
-    assert Approval.objects.get().signature_meaning == MEANING
+def test_a_signed_rejection_means_a_rejection(signed_gate, people):
+    """A rejection is never recorded with the approval's meaning: "Rejected" unless the
+    spec says what signing a rejection means."""
+    bob = signed_in(people["bob"])
+    card = bob.get("/").content.decode()
+    assert f"Sign: {MEANING}" in card and "Sign: Rejected" in card
+    bob.post(f"/runs/{signed_gate.pk}/steps/qa/reject/",
+             {"comment": "not yet", "signature_password": "pw-bob"})
+    assert Approval.objects.get().signature_meaning == "Rejected"
     signed_gate.refresh_from_db()
     assert signed_gate.status == "failed"
+    rejected = Checkpoint.objects.get(run=signed_gate, kind="step_rejected")
+    assert rejected.evidence["signature"]["meaning"] == "Rejected"
+
+
+def test_a_rejection_signed_with_its_own_meaning(people):
+    spec = store_spec({"name": "signed-both", "steps": [{"key": "qa", "approval": {
+        "group": "qa", "signature": {"meaning": MEANING,
+                                     "reject_meaning": "Release refused"}}}]})[0]
+    run = engine.open_run(spec, actor=people["alice"]).run
+    signed_in(people["bob"]).post(f"/runs/{run.pk}/steps/qa/reject/",
+                                  {"comment": "not yet", "signature_password": "pw-bob"})
+    assert Approval.objects.get().signature_meaning == "Release refused"
+    with pytest.raises(SpecError, match="reject_meaning"):
+        store_spec({"name": "bad", "steps": [{"key": "qa", "approval": {
+            "group": "qa", "signature": {"meaning": "ok", "reject_meaning": ""}}}]})
 
 
 def test_the_api_chat_and_bulk_cannot_sign(signed_gate, people):

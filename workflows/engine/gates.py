@@ -58,23 +58,39 @@ class Signature:
     method: str  # "password", "passkey" or "sign-on"
 
 
-def signature_meaning(step: Step, rule) -> str:
-    """What signing a decision toward `rule` of this gate means ("" when it is not signed):
-    the rule's own `signature`, else the gate's."""
-    return (getattr(rule, "signature_meaning", "")
-            or step.config.get("approval", {}).get("signature", {}).get("meaning", ""))
+REJECTED = "Rejected"  # what signing a rejection means when the spec does not say
+
+
+def signature_meaning(step: Step, rule, decision: str = "approve") -> str:
+    """What signing a decision (approve or reject) toward `rule` of this gate means ("" when
+    it is not signed): the rule's own `signature`, else the gate's; a rejection's is its
+    `reject_meaning`, "Rejected" by default."""
+    approval = step.config.get("approval", {})
+    signature = approval.get("signature") or {}
+    if getattr(rule, "signature_meaning", ""):
+        rules = policy.spec_rules(approval)
+        position = getattr(rule, "position", None)
+        own = rules[position].get("signature") if position is not None and (
+            position < len(rules)) else None
+        signature = own or {"meaning": rule.signature_meaning}
+    if not signature:
+        return ""
+    if decision == "reject":
+        return signature.get("reject_meaning") or REJECTED
+    return signature.get("meaning", "")
 
 
 def _signed(step: Step, rule, user, signature: Signature | None, decision: str, comment: str,
             values: dict, now) -> dict:
     """What a signed gate (or rule) records of a decision ({} for others), or NotPermitted
     when no fresh proof of this person came with it."""
-    meaning = signature_meaning(step, rule)
+    meaning = signature_meaning(step, rule, decision)
     if not meaning:
         return {}
     if signature is None or signature.user_id != user.pk:
         raise NotPermitted(
-            f"{step.title} must be signed ({meaning}): decide it on its page, in the inbox or "
+            f"{step.title} must be signed ({signature_meaning(step, rule)}): decide it on its "
+            "page, in the inbox or "
             "on the run page, where you re-enter your password. A chat button, a token or a "
             "bulk decision cannot sign.")
     name = user.get_full_name() or user.get_username()

@@ -337,13 +337,22 @@ def _validate_approval(where: str, approval) -> dict:
 
 
 def _validate_signature(where: str, signature) -> dict:
-    """A gate's or a rule's `signature`: what signing a decision on it means."""
-    meaning = signature.get("meaning") if isinstance(signature, dict) else None
-    if (not isinstance(meaning, str) or not meaning.strip() or len(meaning) > 200
-            or set(signature) != {"meaning"}):
-        _fail(where, 'signature must be {"meaning": "what signing it means"}, the meaning '
-                     '1 to 200 characters, e.g. {"meaning": "Approved for release"}')
-    return {"meaning": meaning.strip()}
+    """A gate's or a rule's `signature`: what signing an approval on it means, and what
+    signing a rejection means (`reject_meaning`, "Rejected" unless it says)."""
+    def fine(text) -> bool:
+        return isinstance(text, str) and bool(text.strip()) and len(text) <= 200
+
+    if (not isinstance(signature, dict) or not fine(signature.get("meaning"))
+            or not set(signature) <= {"meaning", "reject_meaning"}
+            or ("reject_meaning" in signature and not fine(signature["reject_meaning"]))):
+        _fail(where, 'signature must be {"meaning": "what signing an approval means", '
+                     '"reject_meaning": "what signing a rejection means" (optional, '
+                     '"Rejected" by default)}, each 1 to 200 characters, e.g. {"meaning": '
+                     '"Approved for release"}')
+    normal = {"meaning": signature["meaning"].strip()}
+    if "reject_meaning" in signature:
+        normal["reject_meaning"] = signature["reject_meaning"].strip()
+    return normal
 
 
 def _validate_rule(where: str, rule, *, plain: bool = False) -> dict:

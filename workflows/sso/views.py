@@ -3,8 +3,12 @@ where it offers one."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
+import secrets
 import time
+from urllib.parse import parse_qs, urlsplit
 
 import requests
 from authlib.common.errors import AuthlibBaseError
@@ -13,7 +17,7 @@ from django.conf import settings
 from django.contrib import auth, messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
-from django.http import Http404
+from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -33,7 +37,10 @@ ID_TOKEN = "tollgate_sso_id_token"
 # whether the round trip under way is such a check (prompt=none: no page at the provider).
 CHECKED_AT = "tollgate_sso_checked_at"
 RECHECK = "tollgate_sso_recheck"
-SIGNING = "tollgate_sso_signing"  # the round trip under way is a fresh sign-in (sign)
+# Round trips under way for a fresh sign-in (sign), by their state: what each is for, where it
+# goes back to, and the digest of the cookie (BROWSER) of the browser that started it.
+SIGNING = "tollgate_sso_signing"
+BROWSER = "tollgate_signing"
 
 # What a provider's answer can fail with: its error, a token that does not verify or does
 # not parse, a network failure, a malformed document.
@@ -86,23 +93,41 @@ def sign_in(request):
                                                 **extra)
 
 
-@require_GET
+@require_POST
 def sign(request):
     """Off to the provider to sign in again, now (max_age=0, and prompt=login for the
-    providers that ignore it), coming back to `next`: a page that asks for a fresh proof
-    of who this is (a decision waiting for its signature) reads it from FRESH_SIGN_IN."""
+    providers that ignore it), for `purpose` (what the caller asked a fresh sign-in for:
+    a decision waiting for its signature), coming back to `next`. Only this round trip,
+    completed in this browser (a cookie set here), vouches for that purpose: a page that
+    asked for it reads FRESH_SIGN_IN and checks that it names its purpose."""
     if not provider.enabled():
         raise Http404("Single sign-on is not set up.")
-    request.session[NEXT] = request.GET.get("next", "")
-    request.session[SIGNING] = True
+    purpose = request.POST.get("purpose", "")
+    if not purpose:
+        return HttpResponseBadRequest("Say what the fresh sign-in is for (purpose).")
     request.session.pop(FRESH_SIGN_IN, None)
-    return provider.client().authorize_redirect(
+    response = provider.client().authorize_redirect(
         request, _absolute(request, "sso_callback"), max_age=0, prompt="login")
+    state = parse_qs(urlsplit(response["Location"]).query).get("state", [""])[0]
+    browser = secrets.token_urlsafe(32)
+    trips = dict(request.session.get(SIGNING) or {})
+    trips[state] = {"purpose": purpose, "next": request.POST.get("next", ""),
+                    "browser": hashlib.sha256(browser.encode()).hexdigest()}
+    request.session[SIGNING] = dict(list(trips.items())[-5:])
+    response.set_cookie(BROWSER, browser, max_age=600, path=reverse("sso_callback"),
+                        secure=settings.SESSION_COOKIE_SECURE, httponly=True, samesite="Lax")
+    return response
 
 
-def _fresh(request, client) -> None:
+def _fresh(request, client, trip: dict) -> None:
     """The provider's answer to a round trip for a fresh sign-in: kept (FRESH_SIGN_IN, with
-    the ID token's auth_time) only if it vouches for the same person."""
+    the ID token's auth_time and the trip's purpose) only if it vouches for the same person
+    and came back to the browser that started the trip."""
+    browser = hashlib.sha256(request.COOKIES.get(BROWSER, "").encode()).hexdigest()
+    if not hmac.compare_digest(browser, trip["browser"]):
+        log.warning("A fresh sign-in came back to another browser than the one that asked "
+                    "for it: it vouches for nothing.")
+        return
     try:
         token = client.authorize_access_token(request)
         claims = provider_claims(client, token)
@@ -112,7 +137,7 @@ def _fresh(request, client) -> None:
     auth_time = claims.get("auth_time")
     if (_same_person(request, claims) and isinstance(auth_time, (int, float))
             and not isinstance(auth_time, bool)):
-        request.session[FRESH_SIGN_IN] = {"user": request.user.pk,
+        request.session[FRESH_SIGN_IN] = {"user": request.user.pk, "purpose": trip["purpose"],
                                           "auth_time": float(auth_time)}
 
 
@@ -156,9 +181,14 @@ def callback(request):
     if not provider.enabled():
         raise Http404("Single sign-on is not set up.")
     client = provider.client()
-    if request.session.pop(SIGNING, False) and request.user.is_authenticated:
-        _fresh(request, client)  # the page it goes back to says what came of it
-        return redirect(_safe_next(request, request.session.pop(NEXT, "")))
+    trips = dict(request.session.get(SIGNING) or {})
+    trip = trips.pop(request.GET.get("state", ""), None)
+    if trip is not None and request.user.is_authenticated:
+        request.session[SIGNING] = trips
+        _fresh(request, client, trip)  # the page it goes back to says what came of it
+        response = redirect(_safe_next(request, trip["next"]))
+        response.delete_cookie(BROWSER, path=reverse("sso_callback"))
+        return response
     recheck = request.session.pop(RECHECK, False) and request.user.is_authenticated
     try:
         token = client.authorize_access_token(request)

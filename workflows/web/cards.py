@@ -80,14 +80,15 @@ def inbox_gates(user, view: dict | None = None) -> list:
 
 
 def signing(gates: list, user) -> None:
-    """Set each gate's `signing` (what signing this user's decision on it means, for the
-    rule it would count toward; "" when unsigned) and `deciding_for` (the person away this
-    user would decide it for, with when they are back; None when for themselves). No
-    query (the rules and delegations are read)."""
+    """Set each gate's `signing` and `reject_signing` (what signing this user's approval,
+    and rejection, on it means, for the rule it would count toward; "" when unsigned) and
+    `deciding_for` (the person away this user would decide it for, with when they are
+    back; None when for themselves). No query (the rules and delegations are read)."""
     for gate in gates:
         rule, person = deciding_as(user, gate.run, gate, rules=gate.rules,
                                    decided=decided_people(getattr(gate, "decisions", [])))
         gate.signing = engine.signature_meaning(gate, rule)
+        gate.reject_signing = engine.signature_meaning(gate, rule, "reject")
         gate.deciding_for = person if person is not None and person.delegated else None
 
 

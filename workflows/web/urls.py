@@ -28,6 +28,7 @@ urlpatterns = [
     path("runs/<int:pk>/steps/<str:key>/<str:action>/passkey/", runs.passkey_challenge,
          name="passkey_challenge"),
     path("sign/complete/", runs.sign_complete, name="sign_complete"),
+    path("sign/<str:binding>/", runs.sign_confirm, name="sign_confirm"),
     path("chat/slack/interactions/", chat.platform_requests, {"platform": "slack"},
          name="slack_interactions"),
     path("chat/teams/messages/", chat.platform_requests, {"platform": "teams"},

@@ -3,6 +3,7 @@ retry, skip, cancel, recover), each a real form post answered with a fragment fo
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse, JsonResponse
@@ -15,6 +16,7 @@ from tollgate.exports import csv_download
 from tollgate.paging import page_of
 from tollgate.query import int_param
 from workflows import engine, permissions, selectors
+from workflows.engine import policy
 from workflows.models import (
     OPEN_RUN_STATUSES,
     Approval,
@@ -114,8 +116,9 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
             step.can_decide = decide_refusal(user, run, step, rules=step.rules,
                                              decided=deciders) is None
         if step.can_decide:  # what signing it means, for the rule this person decides on
-            step.signing = engine.signature_meaning(step, deciding_rule(
-                user, run, step, rules=step.rules, decided=deciders))
+            rule = deciding_rule(user, run, step, rules=step.rules, decided=deciders)
+            step.signing = engine.signature_meaning(step, rule)
+            step.reject_signing = engine.signature_meaning(step, rule, "reject")
         # What the page's poller compares: a row whose version moved is sent again.
         step.version = f"{step.attempt}.{len(step.decisions)}.{step.updated_at.timestamp()}"
         step.can_retry = can_retry(user, run, step)
@@ -328,6 +331,32 @@ def step_action(request, pk: int, key: str, action: str):
     except engine.WorkflowError as exc:
         return _respond(request, pk, key=key, error=exc)
     return _respond(request, pk, key=key, done=done, checkpoint=checkpoint)
+
+
+@require_http_methods(["GET"])
+def sign_confirm(request, binding: str):
+    """What the person is about to sign by signing in again at the company's provider: the
+    decision waiting under `binding`, said in full, and the one button that starts the
+    round trip for it alone (a link to this page starts nothing)."""
+    try:
+        waiting = signing.waiting_decision(request, binding)
+        _require_readable(request, waiting["run"])
+        step = Step.objects.select_related("run").get(run_id=waiting["run"], key=waiting["key"])
+    except (engine.WorkflowError, Step.DoesNotExist) as exc:
+        messages.error(request, str(exc) if isinstance(exc, engine.WorkflowError)
+                       else "That gate no longer exists: nothing was decided.")
+        return redirect("inbox")
+    rule = deciding_rule(request.user, step.run, step, rules=policy.rules_of(step),
+                         decided=cards.decided_people(
+                             list(step.approvals.filter(attempt=step.attempt))))
+    fields = waiting["fields"]
+    return render(request, "workflows/sign_confirm.html", {
+        "binding": binding, "step": step, "run": step.run, "decision": waiting["decision"],
+        "comment": fields.get("comment", ""),
+        "values": {name[6:]: value for name, value in fields.items()
+                   if name.startswith("field_")},
+        "meaning": engine.signature_meaning(step, rule, waiting["decision"]),
+        "provider": settings.TOLLGATE_OIDC_LABEL})
 
 
 @require_GET
