@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
@@ -38,6 +39,59 @@ def _logs_of_this_test():
     from .support.processes import LOGS
 
     LOGS.clear()
+
+
+PAGE_DECISION = re.compile(r"/runs/(\d+)/steps/([^/]+)/(?:approve|reject)/(?:passkey/)?")
+API_DECISION = re.compile(r"/api/runs/(\d+)/steps/([^/]+)/(?:approve|reject)")
+
+
+def _shown(run_id, key) -> str:
+    from workflows.models import Step
+
+    return Step.objects.filter(run_id=run_id, key=key).values_list(
+        "evidence_digest", flat=True).first() or ""
+
+
+def as_shown(path: str, data, content_type: str = ""):
+    """A decision as a person's page or a client posts it: with the evidence digest it was
+    shown. A page renders it in a hidden field of every card, run page and bulk checkbox; an
+    API client reads the run first and sends it back as `seen` (a step that cannot be read
+    gets a digest that matches nothing). The gate's digest now: a page drawn now."""
+    from workflows.models import Step
+
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        return data
+    if "json" in content_type:
+        if (found := API_DECISION.fullmatch(path)) and "seen" not in data:
+            return {**data, "seen": _shown(*found.groups()) or "0" * 64}
+        return data
+    if (found := PAGE_DECISION.fullmatch(path)) and "evidence_digest" not in data:
+        return {**data, "evidence_digest": _shown(*found.groups())}
+    if path == "/inbox/decide/" and data.get("gate"):
+        picked = data["gate"] if isinstance(data["gate"], list) else [data["gate"]]
+        digests = dict(Step.objects.filter(pk__in=[int(pk) for pk in picked if str(
+            pk).isdigit() and int(pk) < 2**63]).values_list("pk", "evidence_digest"))
+        return {**{f"seen-{pk}": digest for pk, digest in digests.items()}, **data}
+    return data
+
+
+@pytest.fixture(autouse=True)
+def _decisions_carry_what_was_shown(request, monkeypatch):
+    """Every decision a test posts carries the evidence it was shown, as every door's does,
+    unless the test is about one that does not (@pytest.mark.raw_decisions)."""
+    if request.node.get_closest_marker("raw_decisions"):
+        return
+    from django.test import Client
+
+    post = Client.post
+
+    def posted(self, path, data=None, *args, **kwargs):
+        content_type = args[0] if args else kwargs.get("content_type", "")
+        return post(self, path, as_shown(path, data, content_type), *args, **kwargs)
+
+    monkeypatch.setattr(Client, "post", posted)
 
 
 def make_user(username: str, *groups: str, perms: tuple[str, ...] = (), **fields) -> User:

@@ -101,7 +101,8 @@ def test_the_api_chat_and_bulk_cannot_sign(signed_gate, people):
         engine.approve(signed_gate, "qa", user=people["bob"], channel=Channel.CHAT,
                        chat_identity="slack:T1/U2")
     gate = signed_gate.steps.get(key="qa")
-    decided, refused = engine.decide_many([gate.pk], user=people["bob"], decision="approve")
+    decided, refused = engine.decide_many([gate.pk], user=people["bob"], decision="approve",
+                                          seen={gate.pk: gate.evidence_digest})
     assert decided == [] and "must be signed" in refused[gate.pk]
     assert not Approval.objects.exists()
 

@@ -5,6 +5,8 @@ change is refused."""
 
 from __future__ import annotations
 
+import html
+
 import pytest
 from django.test import Client
 
@@ -79,7 +81,9 @@ def test_a_decision_from_a_page_drawn_before_the_change_is_refused(gated, people
                              state_patch={"artifact": "b.tgz"})
     answer = bob.post(f"/runs/{gated.pk}/steps/qa/approve/",
                       {"via": "web", "evidence_digest": seen}, HTTP_HX_REQUEST="true")
-    assert "changed after your page showed it" in answer.content.decode()
+    refusal = html.unescape(answer.content.decode())
+    assert "changed after it was shown to you" in refusal
+    assert 'What changed: artifact: "a.tgz" → "b.tgz".' in refusal
     assert not Approval.objects.exists()
     fresh = state(gated).evidence_digest
     page = bob.get("/").content.decode()
@@ -101,7 +105,7 @@ def test_the_card_and_a_late_page_say_what_changed(gated, people):
     assert f"Attempt 2. <bdi>{why}</bdi>" in bob.get("/").content.decode()
     answer = carol.post(f"/runs/{gated.pk}/steps/qa/approve/",
                         {"via": "web", "evidence_digest": seen}, HTTP_HX_REQUEST="true")
-    assert why in answer.content.decode()
+    assert why in html.unescape(answer.content.decode())
     assert not Approval.objects.filter(user=people["carol"]).exists()
 
 
@@ -116,9 +120,63 @@ def test_the_api_shows_the_digest_and_refuses_a_decision_on_an_older_one(gated, 
                              state_patch={"artifact": "b.tgz"})
     late = api.post(f"/api/runs/{gated.pk}/steps/qa/approve", {"seen": seen})
     assert late.status_code == 409 and "changed after" in late.json()["error"]
+    assert 'artifact: "a.tgz" → "b.tgz"' in late.json()["error"]
     late = api.post(f"/api/runs/{gated.pk}/steps/qa/reject", {"comment": "no", "seen": seen})
     assert late.status_code == 409
     assert not Approval.objects.exists()
     fresh = api.post(f"/api/runs/{gated.pk}/steps/qa/approve",
                      {"seen": state(gated).evidence_digest})
     assert fresh.status_code == 200 and Approval.objects.get().user == people["bob"]
+
+
+@pytest.mark.raw_decisions
+def test_every_door_refuses_a_decision_that_does_not_say_what_it_was_shown(gated, people):
+    """The API requires `seen`; a page's form, a bulk checkbox and a chat press without the
+    digest they were drawn with decide nothing either."""
+    from tests.api.conftest import Api
+
+    api = Api(people["bob"])
+    refused = api.post(f"/api/runs/{gated.pk}/steps/qa/approve", {"comment": "ok"})
+    assert refused.status_code == 400 and "seen" in refused.json()["error"]
+    bob = Client()
+    bob.force_login(people["bob"])
+    page = bob.post(f"/runs/{gated.pk}/steps/qa/approve/", {"via": "web"},
+                    HTTP_HX_REQUEST="true")
+    assert "Say which evidence of qa you decided on" in html.unescape(page.content.decode())
+    gate = state(gated)
+    bob.post("/inbox/decide/", {"gate": [gate.pk], "decision": "approve"})
+    assert not Approval.objects.exists()
+
+
+def test_bulk_and_chat_refuse_a_decision_on_evidence_changed_since_it_was_shown(gated, people):
+    """Nobody had approved, so the change started no new attempt: the digest the bulk
+    checkbox's card and the chat button carry is what stops a decision on v2 made on v1."""
+    from workflows.chat.base import Press
+    from workflows.chat.interactions import _decide
+
+    bob = Client()
+    bob.force_login(people["bob"])
+    gate = state(gated)
+    seen = gate.evidence_digest
+    engine.record_transition(gated, "notes", actor="agent", step_status="running",
+                             state_patch={"artifact": "v2-EVIL.tgz"})
+    assert state(gated).attempt == 1 and state(gated).evidence_digest != seen
+    bob.post("/inbox/decide/", {"gate": [gate.pk], f"seen-{gate.pk}": seen,
+                                "decision": "approve"})
+    told = []
+
+    class Chat:
+        name = "slack"
+
+        def tell(self, press, text):
+            told.append(text)
+
+    from workflows.models import ChatIdentity
+
+    ChatIdentity.objects.create(provider="slack", team="T1", chat_user="U-bob",
+                                user=people["bob"], matched_by="link")
+    press = Press("button", "approve", gate.pk, gate.attempt, team="T1", chat_user="U-bob",
+                  chat_name="bob", channel="C1", seen=seen)
+    assert _decide(Chat(), press).startswith("refused")
+    assert 'artifact: "a.tgz" → "v2-EVIL.tgz"' in told[-1]
+    assert not Approval.objects.exists()

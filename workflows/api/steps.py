@@ -19,18 +19,19 @@ class SkipIn(Input):
     reason: str = Field(min_length=1, max_length=500)
 
 
-SEEN = ("the gate's evidence_digest as you read it (GET the run): if what its approvers "
-        "decide on changed since, the decision is refused with 409 and nothing is recorded")
+SEEN = ("required: the gate's evidence_digest as you read it (GET the run), so the record "
+        "says what the decision was made on; if what its approvers decide on changed since, "
+        "the decision is refused with 409 saying what changed, and nothing is recorded")
 
 
 class DecisionIn(Input):
     comment: str = Field("", max_length=5000)
-    seen: str = Field("", max_length=64, description=SEEN)
+    seen: str = Field(min_length=64, max_length=64, pattern="^[0-9a-f]{64}$", description=SEEN)
 
 
 class RejectIn(Input):
     comment: str = Field(min_length=1, max_length=5000, description="why: required to reject")
-    seen: str = Field("", max_length=64, description=SEEN)
+    seen: str = Field(min_length=64, max_length=64, pattern="^[0-9a-f]{64}$", description=SEEN)
 
 
 class ApproveIn(DecisionIn):
@@ -43,11 +44,9 @@ DECIDE = {200: RunOut, 400: Error, 401: Error, 403: Error, 404: Error, 409: Erro
 
 @router.post("/runs/{run_id}/steps/{key}/approve", response=DECIDE,
              summary="Approve a gate (with its form's values, if it has a form)")
-def approve(request, run_id: Id, key: Key, payload: ApproveIn | None = None):
-    engine.approve(get_run(request, run_id), key, user=request.user,
-                   comment=payload.comment if payload else "",
-                   values=payload.values if payload else None, channel=Channel.API,
-                   seen=payload.seen if payload else "")
+def approve(request, run_id: Id, key: Key, payload: ApproveIn):
+    engine.approve(get_run(request, run_id), key, user=request.user, comment=payload.comment,
+                   values=payload.values, channel=Channel.API, seen=payload.seen)
     return fresh_run(request, run_id)
 
 

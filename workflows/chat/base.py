@@ -31,6 +31,9 @@ class GateMessage:
     has_form: bool
     form: list[dict] = field(default_factory=list)  # approval.form fields
     deciders: list[int] = field(default_factory=list)  # who may decide it now (user ids)
+    # The digest of the evidence the message shows: its buttons carry it back, so a press
+    # decides on what the person was shown or not at all (the engine's `seen`).
+    evidence: str = ""
 
 
 @dataclass
@@ -51,6 +54,7 @@ class Press:
     # What else the platform needs to answer this person (Teams: the conversation and the
     # service it came through, the account's Entra object id).
     context: dict = field(default_factory=dict)
+    seen: str = ""  # the evidence digest of the message pressed
 
 
 @dataclass

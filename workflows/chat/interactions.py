@@ -168,10 +168,10 @@ def _decide(chat, press: Press) -> str:
         if press.decision == "approve":
             engine.approve(gate.run_id, gate.key, user=identity.user, comment=press.comment,
                            values=press.values or None, channel=Channel.CHAT,
-                           chat_identity=identity.label)
+                           chat_identity=identity.label, seen=press.seen)
         else:
             engine.reject(gate.run_id, gate.key, user=identity.user, comment=press.comment,
-                          channel=Channel.CHAT, chat_identity=identity.label)
+                          channel=Channel.CHAT, chat_identity=identity.label, seen=press.seen)
     except WorkflowError as exc:
         chat.tell(press, f"Not recorded: {exc}")
         return f"refused: {exc}"[:2000]

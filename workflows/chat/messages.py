@@ -66,7 +66,7 @@ def gate_message(gate: Step):
         has_form=bool(gate.config.get("approval", {}).get("form")),
         form=gate.config.get("approval", {}).get("form") or [],
         deciders=list(permissions.deciders(run, gate).values_list("pk", flat=True))
-        if waiting else [])
+        if waiting else [], evidence=gate.evidence_digest)
 
 
 def _claim(chat, gate: Step, channel: str, *, final: bool = False):

@@ -93,7 +93,7 @@ def blocks(message: GateMessage) -> list[dict]:
         status += "\n" + _deadline(message)
     found.append({"type": "section", "text": {"type": "mrkdwn", "text": status[:3000]}})
     if message.open:
-        value = f"{message.step_id}:{message.attempt}"
+        value = f"{message.step_id}:{message.attempt}:{message.evidence}"
         found.append({"type": "actions", "block_id": "tollgate_decide", "elements": [
             {"type": "button", "action_id": "tollgate_approve", "style": "primary",
              "text": {"type": "plain_text", "text": "Approve…" if message.has_form
@@ -157,7 +157,8 @@ def modal(press: Press, message: GateMessage) -> dict:
     verb = "Approve" if approving else "Reject"
     return {"type": "modal", "callback_id": FORM_CALLBACK,
             "private_metadata": json.dumps({"s": press.step_id, "a": press.attempt,
-                                            "d": press.decision, "c": press.channel}),
+                                            "d": press.decision, "c": press.channel,
+                                            "e": press.seen}),
             "title": {"type": "plain_text", "text": verb},
             "submit": {"type": "plain_text", "text": verb},
             "close": {"type": "plain_text", "text": "Cancel"},
@@ -288,10 +289,10 @@ class Slack:
             if payload.get("type") == "block_actions":
                 action = next(a for a in payload.get("actions", [])
                               if a.get("action_id") in ACTIONS)
-                step_id, attempt = (int(x) for x in action["value"].split(":"))
-                return Press("button", ACTIONS[action["action_id"]], step_id, attempt,
+                step, attempt, seen = (action["value"].split(":") + [""])[:3]
+                return Press("button", ACTIONS[action["action_id"]], int(step), int(attempt),
                              channel=(payload.get("channel") or {}).get("id", ""),
-                             trigger=payload.get("trigger_id", ""), **who)
+                             trigger=payload.get("trigger_id", ""), seen=seen, **who)
             if payload.get("type") == "view_submission":
                 view = payload.get("view") or {}
                 if view.get("callback_id") != FORM_CALLBACK:
@@ -300,7 +301,7 @@ class Slack:
                 values, comment = _form_values(view)
                 return Press("form", meta["d"], int(meta["s"]), int(meta["a"]),
                              channel=meta.get("c", ""), comment=comment, values=values,
-                             **who)
+                             seen=str(meta.get("e") or ""), **who)
         except (StopIteration, KeyError, ValueError, TypeError, AttributeError):
             return None
         return None

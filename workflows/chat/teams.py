@@ -90,7 +90,7 @@ def _input(field: dict, typed: dict) -> dict:
 
 def _decide(message: GateMessage, typed: dict, comment: str, errors: dict) -> tuple:
     """The inputs and buttons of a person who may decide."""
-    body, data = [], {"s": message.step_id, "a": message.attempt}
+    body, data = [], {"s": message.step_id, "a": message.attempt, "e": message.evidence}
     for field in message.form:
         body.append(_input(field, typed))
         if problem := errors.get(field["name"]):
@@ -398,7 +398,8 @@ class Teams:
         fields |= {name[5:]: value == "true" for name, value in data.items()
                    if name.startswith("flag_")}
         return Press("form", VERBS[action.verb], step_id, attempt,
-                     comment=str(data.get("comment") or ""), values=fields, **who)
+                     comment=str(data.get("comment") or ""), values=fields, **who,
+                     seen=str(data.get("e") or ""))
 
 
 def _activity(body: bytes) -> Activity:

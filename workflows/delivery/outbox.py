@@ -64,12 +64,14 @@ def notification_events(announcement: Announcement) -> list[tuple[str, str]]:
 
 def chat_events(announcement: Announcement) -> list[tuple[str, str]]:
     """("gate", key) for each gate whose chat message this checkpoint changes (opened,
-    decided, escalated, retried), ("remind", key) for a reminder (said in the message's
-    thread), and ("run", "") when the run ended (its gates' messages lose their buttons)."""
+    decided, escalated, retried, or its evidence changed), ("remind", key) for a reminder
+    (said in the message's thread), and ("run", "") when the run ended (its gates' messages
+    lose their buttons)."""
     checkpoint = announcement.checkpoint
     if checkpoint.kind == CheckpointKind.GATE_REMINDED:
         return [("remind", checkpoint.step.key)]  # the message itself has not changed
     keys = set(checkpoint.evidence.get("gates_opened", []))
+    keys |= set(checkpoint.evidence.get("gates_changed", []))  # their evidence, re-rendered
     if checkpoint.step_id and checkpoint.step.kind == StepKind.APPROVAL:
         keys.add(checkpoint.step.key)
     events = [("gate", key) for key in sorted(keys)]

@@ -86,7 +86,10 @@ def commit(state: RunState, kind: str, *, actor, step: Step | None = None, summa
     _settle_run(state, frontier, step, now, previous_status, failed)
     run.checkpoint_seq += 1
     gates = [gate.key for gate in opened if gate.kind == StepKind.APPROVAL]
-    if stale := _stale_approvals(state, frontier, failed, now):
+    stale, changed = _stale_approvals(state, frontier, failed, now)
+    if changed:  # shown anew wherever they are shown (chat's messages re-rendered)
+        evidence = {**(evidence or {}), "gates_changed": changed}
+    if stale:
         # The approvers are told as when a gate opens (mail, chat, inbox).
         evidence = {**(evidence or {}), "approvals_stale": stale}
         gates += [key for key in stale if key not in gates]
@@ -114,20 +117,22 @@ def commit(state: RunState, kind: str, *, actor, step: Step | None = None, summa
     return checkpoint
 
 
-def _stale_approvals(state: RunState, frontier, failed, now) -> dict:
+def _stale_approvals(state: RunState, frontier, failed, now) -> tuple[dict, list[str]]:
     """Gates that were waiting when this transition changed what their approvers saw (the
     run's shared state): the approvals already made no longer count. The gate starts a new
     attempt (its deadline kept), so each approver decides again on what is there now.
-    {gate key: {"stale": who had decided, "changed": the state keys that changed}}."""
+    ({gate key: {"stale": who had decided, "changed": the state keys that changed}}, the
+    keys of the gates nobody had decided whose evidence changed: a decision on what was
+    shown before is refused, and they are shown anew)."""
     run = state.run
     before = state.run_loaded.get("shared_state") or {}
     after = run.shared_state or {}
     if before == after or failed or run.is_terminal:
-        return {}
+        return {}, []
     theirs = decided_keys(run)  # what approvers wrote is not evidence (evidence_digest)
     changed = sorted(k for k in before.keys() | after.keys()
                      if before.get(k) != after.get(k) and k not in theirs)
-    found = {}
+    found, refreshed = {}, []
     for gate in frontier:
         if (gate.kind != StepKind.APPROVAL or gate.status != StepStatus.WAITING_APPROVAL
                 or gate.as_loaded.get("status") != StepStatus.WAITING_APPROVAL):
@@ -150,7 +155,8 @@ def _stale_approvals(state: RunState, frontier, failed, now) -> dict:
             found[gate.key] = {"stale": decided, "changed": changed}
         else:  # nobody has decided on the old evidence (or the gate predates digests)
             gate.evidence_digest = digest
-    return found
+            refreshed.append(gate.key)
+    return found, refreshed
 
 
 def _children_to_cancel(run, frontier, failed, step) -> list[int]:

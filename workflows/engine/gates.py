@@ -29,6 +29,7 @@ from .moves import (
     check_text,
     close_gate,
     decided_keys,
+    evidence_changes,
     fail_for_good,
     merge_state,
     next_reminder,
@@ -193,21 +194,31 @@ def form_values(step: Step, given, *, posted: bool = False) -> dict:
         raise refused from None
 
 
-def _as_seen(step: Step, seen: str) -> None:
-    """A decision made on a page shows the evidence digest that page was drawn with
-    (`seen`): if the evidence changed since, the decision is refused, not recorded on what
-    the person did not see."""
-    if seen and seen != step.evidence_digest:
-        what = (f" {step.last_summary}" if step.attempt > 1 and step.last_summary else "")
-        raise IllegalTransition(
-            f"{step.title} changed after your page showed it (the run's values or outputs "
-            f"moved on): nothing was decided.{what} Look again at what it shows now.")
+def _as_seen(step: Step, seen: str | None) -> None:
+    """Every channel's decision carries the evidence digest the person was shown (`seen`:
+    a page's form, a chat button, a bulk checkbox's card, the API's `seen`): if the
+    evidence changed since, the decision is refused, saying what changed, not recorded on
+    what the person did not see. None: code deciding with the gate in hand (the demo, a
+    test), never a door."""
+    if seen is None or seen == step.evidence_digest:
+        return
+    if not seen:
+        raise InvalidInput(f"Say which evidence of {step.title} you decided on (the gate's "
+                           "evidence_digest, as the page, the message or GET of the run "
+                           "shows it): nothing was decided.")
+    changes = evidence_changes(step, seen)
+    what = f" What changed: {'; '.join(changes)}." if changes else ""
+    if step.attempt > 1 and step.last_summary:  # why this attempt began
+        what += f" {step.last_summary}"
+    raise IllegalTransition(
+        f"{step.title} changed after it was shown to you (the run's values or outputs moved "
+        f"on): nothing was decided.{what} Look again at what it shows now.")
 
 
 def approve(run, key: str, *, user, comment: str = "", values: dict | None = None,
             posted: bool = False, channel: str = Channel.WEB,
             chat_identity: str = "", signature: Signature | None = None,
-            seen: str = "") -> Checkpoint:
+            seen: str | None = None) -> Checkpoint:
     """Record an approval, with the gate's form filled in; the gate completes when its
     quorum of distinct approvers is met. The values go into the run's shared state under
     the gate's key (a later approver's value for a field replaces an earlier one).
@@ -263,7 +274,7 @@ def approve(run, key: str, *, user, comment: str = "", values: dict | None = Non
 
 def reject(run, key: str, *, user, comment: str, channel: str = Channel.WEB,
            chat_identity: str = "", signature: Signature | None = None,
-           seen: str = "") -> Checkpoint:
+           seen: str | None = None) -> Checkpoint:
     """Reject a gate. Under `"reject": "any"` (the default) it fails, with the comment as
     its reason; under `"reject": "quorum"` it fails once a rule has as many rejections as
     it needs approvals, and until then the rejection is recorded."""
@@ -356,12 +367,13 @@ def remind_gate(step_id: int) -> Checkpoint | None:
 BULK_LIMIT = 100
 
 
-def decide_many(step_ids: list[int], *, user, decision: str, comment: str = ""
-                ) -> tuple[list[Step], dict[int, str]]:
+def decide_many(step_ids: list[int], *, user, decision: str, comment: str = "",
+                seen: dict[int, str] | None = None) -> tuple[list[Step], dict[int, str]]:
     """Approve or reject several gates with one comment: each through `approve` or `reject`,
     its own transaction and checkpoint, so one that cannot be decided (decided already,
-    self-approval, its run moved on) holds back no other. Returns (decided gates, {gate id:
-    why it was refused})."""
+    self-approval, its run moved on, its evidence changed since `seen[gate id]` was shown)
+    holds back no other. Returns (decided gates, {gate id: why it was refused})."""
+    seen = seen or {}
     if decision not in ("approve", "reject"):
         raise InvalidInput("Choose approve or reject.")
     if len(step_ids) > BULK_LIMIT:
@@ -371,9 +383,11 @@ def decide_many(step_ids: list[int], *, user, decision: str, comment: str = ""
     for gate in gates.order_by("pk"):
         try:
             if decision == "approve":
-                approve(gate.run, gate.key, user=user, comment=comment, channel=Channel.BULK)
+                approve(gate.run, gate.key, user=user, comment=comment, channel=Channel.BULK,
+                        seen=seen.get(gate.pk, ""))
             else:
-                reject(gate.run, gate.key, user=user, comment=comment, channel=Channel.BULK)
+                reject(gate.run, gate.key, user=user, comment=comment, channel=Channel.BULK,
+                       seen=seen.get(gate.pk, ""))
             decided.append(gate)
         except WorkflowError as exc:
             refused[gate.pk] = str(exc)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 from django.conf import settings
@@ -195,6 +196,46 @@ def evidence_digest(gate: Step) -> str:
     state = {k: v for k, v in (run.shared_state or {}).items() if k not in theirs}
     return chain.digest({"params": run.params, "state": state, "spec": run.spec_id,
                          "gate": gate.config})
+
+
+def evidence_changes(gate: Step, seen: str) -> list[str] | None:
+    """What changed in what the gate's approvers decide on since the digest `seen` was
+    taken: one line a value ("artifact: "v1" → "v2""), from the run's checkpoints (the
+    shared state as it stood after each, the last whose digest was `seen`). None when no
+    state the run passed through had that digest (the spec or the gate changed, or `seen`
+    is not a digest of this gate)."""
+    from ..models import Checkpoint
+
+    run = gate.run
+    theirs = decided_keys(run)
+
+    def evidence(state: dict) -> dict:
+        return {k: v for k, v in state.items() if k not in theirs}
+
+    def digest(state: dict) -> str:
+        return chain.digest({"params": run.params, "state": evidence(state),
+                             "spec": run.spec_id, "gate": gate.config})
+
+    state, then = {}, None
+    for patch, notes in (Checkpoint.objects.filter(run_id=run.pk).order_by("seq")
+                         .values_list("state_patch", "evidence")):
+        replaced = isinstance(notes, dict) and notes.get("shared_state_replaced")
+        state = dict(patch or {}) if replaced else {**state, **(patch or {})}
+        if digest(state) == seen:
+            then = state
+    if then is None:
+        return None
+    before, now = evidence(then), evidence(run.shared_state or {})
+
+    def shown(key, values) -> str:
+        if key not in values:
+            return "(none)"
+        text = json.dumps(values[key], ensure_ascii=False, default=str)
+        return text if len(text) <= 200 else text[:199] + "…"
+
+    return [f"{key}: {shown(key, before)} → {shown(key, now)}"
+            for key in sorted(before.keys() | now.keys())
+            if (key in before) != (key in now) or before.get(key) != now.get(key)]
 
 
 def next_reminder(gate: Step, now):

@@ -147,16 +147,26 @@ def who(user_id: str, name: str) -> dict:
     return {"user": {"id": user_id, "username": name, "team_id": TEAM}, "team": {"id": TEAM}}
 
 
-def button(gate, action: str, user_id: str, name: str, channel: str = "C-QA") -> dict:
-    """A press of Approve or Reject on a gate's message."""
+def shown(gate) -> str:
+    """The evidence digest a gate's message shows now (as Tollgate renders it into buttons)."""
+    from workflows.models import Step
+
+    return Step.objects.filter(pk=gate.pk).values_list("evidence_digest", flat=True).first()
+
+
+def button(gate, action: str, user_id: str, name: str, channel: str = "C-QA",
+           seen: str | None = None) -> dict:
+    """A press of Approve or Reject on a gate's message (as it shows now, or as it showed
+    the evidence `seen`)."""
+    seen = shown(gate) if seen is None else seen
     return {"type": "block_actions", **who(user_id, name), "trigger_id": f"trig-{time.time()}",
             "channel": {"id": channel},
             "actions": [{"action_id": f"tollgate_{action}", "block_id": "tollgate_decide",
-                         "value": f"{gate.pk}:{gate.attempt}"}]}
+                         "value": f"{gate.pk}:{gate.attempt}:{seen}"}]}
 
 
 def submission(gate, decision: str, user_id: str, name: str, *, values: dict | None = None,
-               comment: str = "", channel: str = "C-QA") -> dict:
+               comment: str = "", channel: str = "C-QA", seen: str | None = None) -> dict:
     """A submitted modal: each field as Slack reports its element's state."""
     state = {"comment": {"value": {"type": "plain_text_input", "value": comment or None}}}
     for field, value in (values or {}).items():
@@ -171,4 +181,5 @@ def submission(gate, decision: str, user_id: str, name: str, *, values: dict | N
     return {"type": "view_submission", **who(user_id, name), "view": {
         "callback_id": "tollgate_decide", "state": {"values": state},
         "private_metadata": json.dumps({"s": gate.pk, "a": gate.attempt, "d": decision,
-                                        "c": channel})}}
+                                        "c": channel,
+                                        "e": shown(gate) if seen is None else seen})}}

@@ -209,9 +209,13 @@ class FakeTeams:
 
     def activity(self, gate, verb: str, member: dict, *, data: dict | None = None,
                  channel: str = "19:qa@thread.tacv2", tenant: str = TENANT,
-                 channel_id: str = "msteams") -> dict:
+                 channel_id: str = "msteams", seen: str | None = None) -> dict:
         """An Action.Execute on the gate's card, as Teams sends it (`channel_id`: as another
-        Bot Framework channel would send it)."""
+        Bot Framework channel would send it), from a view that showed the evidence as it is
+        now (or as `seen`)."""
+        from .fake_slack import shown
+
+        seen = shown(gate) if seen is None else seen
         return {
             "type": "invoke", "name": "adaptiveCard/action", "id": str(uuid.uuid4()),
             "channelId": channel_id, "serviceUrl": self.service_url,
@@ -222,7 +226,8 @@ class FakeTeams:
                              "conversationType": "channel", "tenantId": tenant},
             "channelData": {"tenant": {"id": tenant}, "channel": {"id": channel}},
             "value": {"action": {"type": "Action.Execute", "verb": verb,
-                                 "data": {"s": gate.pk, "a": gate.attempt, **(data or {})}},
+                                 "data": {"s": gate.pk, "a": gate.attempt, "e": seen,
+                                          **(data or {})}},
                       "trigger": "manual"}}
 
     def send(self, url: str, activity: dict, token: str | None = "") -> tuple[int, dict]:

@@ -99,9 +99,11 @@ def inbox_bulk(request):
         problem = "Tick the gates to decide first."
     else:
         try:
+            # Each ticked gate's card carries the evidence digest it was drawn with.
             decided, refused = engine.decide_many(
                 picked, user=request.user, decision=request.POST.get("decision", ""),
-                comment=request.POST.get("comment", ""))
+                comment=request.POST.get("comment", ""),
+                seen={pk: request.POST.get(f"seen-{pk}", "") for pk in picked})
             verb = "approved" if request.POST.get("decision") == "approve" else "rejected"
             done = [f"You {verb} {gate.title} ({gate.run})." for gate in decided]
         except engine.WorkflowError as exc:
