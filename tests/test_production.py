@@ -81,8 +81,11 @@ def test_gunicorn_and_two_consumers_run_a_release(people, tmp_path, settings):
         url = f"{base}/api/runs/{run['id']}"
         wait_for(lambda: call(url, alice_token)[1]["status"] == "waiting_approval", 30, 0.2,
                  what="the build to finish and the gate to open")
-        call(f"{url}/steps/qa/approve", bob_token, {"comment": "ok"}, "POST")
-        call(f"{url}/steps/qa/approve", carol_token, {}, "POST")
+        # As a client decides: the run read first, the gate's evidence digest sent back.
+        for token, body in ((bob_token, {"comment": "ok"}), (carol_token, {})):
+            [gate] = [s for s in call(url, token)[1]["steps"] if s["key"] == "qa"]
+            call(f"{url}/steps/qa/approve", token, {**body, "seen": gate["evidence_digest"]},
+                 "POST")
         wait_for(lambda: call(url, alice_token)[1]["status"] == "completed", 30, 0.2,
                  what="deploy and notify to run")
         timeline = call(f"{url}/timeline", alice_token)[1]

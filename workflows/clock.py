@@ -68,6 +68,14 @@ def defer_measuring() -> None:
             _base = (wall, wall, _checked)
 
 
+def forget() -> None:
+    """Drop the reading: the next call reads the time afresh. For a process that starts
+    over (each test: one that moved the wall clock leaves no count behind for the next)."""
+    global _checked, _base
+    with _lock:
+        _base, _checked = None, -CHECK_SECONDS
+
+
 def _stepped() -> None:
     """The wall clock stepped since the last reading: not believed. PostgreSQL's time is
     read again at once; on SQLite (whose clock is the machine's) the count goes on from the

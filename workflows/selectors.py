@@ -8,7 +8,7 @@ from django.db import connection
 from django.db.models import Count, F, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
-from .audit import seals
+from .audit import chain, seals
 from .engine import InvalidInput, NotFound
 from .engine.rules import next_move, ready_steps
 from .engine.sql import CompiledQuery
@@ -310,17 +310,22 @@ def decision_rows(approvals: QuerySet[Approval]):
                                  "group", "comment", "values", "waited_seconds", "channel",
                                  "chat_identity", "on_behalf_of__username", "rule__label",
                                  "signature_meaning", "signer_name", "signature_method",
-                                 "signature_digest")
+                                 "signature_digest", *chain.DECISION_FIELDS)
+    width = len(chain.DECISION_FIELDS)
     for row in rows.iterator(chunk_size=2000):
         (at, run_id, title, key, step_title, attempt, user, decision, group, comment, values,
-         waited, channel, chat_identity, for_user, rule, *signature) = row
+         waited, channel, chat_identity, for_user, rule, *signature) = row[:-width]
+        # The row as its checkpoint's digest covers it (ids, not names): verifiable offline.
+        record = dict(zip(chain.DECISION_FIELDS, row[-width:], strict=True))
+        record["at"] = chain.moment(record["at"])
         yield {"at": at.isoformat(), "run": run_id, "run_title": title, "step": key,
                "step_title": step_title, "attempt": attempt, "user": user,
                "decision": decision, "group": group, "comment": comment,
                "values": values or {}, "waited_seconds": waited, "channel": channel,
                "chat_identity": chat_identity, "for_user": for_user or "", "rule": rule or "",
                **dict(zip(("signature_meaning", "signer_name", "signature_method",
-                           "signature_digest"), signature, strict=True))}
+                           "signature_digest"), signature, strict=True)),
+               "record": record}
 
 
 # On SQLite, a word matched by at most this many runs is looked up in the trigram table;

@@ -18,6 +18,7 @@ def measure(bench) -> None:
     from django.test import Client
 
     from workflows import engine
+    from workflows.models import Step
 
     spec = gate_spec()
     user, _ = User.objects.get_or_create(username="bench-http")
@@ -51,7 +52,8 @@ def measure(bench) -> None:
                         if not pending:
                             return
                         path = pending.pop() if method == "POST" else pending[0]
-                    conn.request(method, path, body=body, headers={
+                    sent = body(path) if callable(body) else body
+                    conn.request(method, path, body=sent, headers={
                         "Cookie": cookie, "X-CSRFToken": csrf, "HX-Request": "true",
                         "Host": "127.0.0.1",
                         "Content-Type": "application/x-www-form-urlencoded"})
@@ -85,10 +87,17 @@ def measure(bench) -> None:
         half = len(runs) // 2
         # Approve as the inbox's button does (the decided card comes back), and as the
         # run page's does (the whole run comes back).
+        # Each form carries the evidence digest its page was drawn with.
+        shown = dict(Step.objects.filter(run_id__in=runs, key="gate").values_list(
+            "run_id", "evidence_digest"))
+
+        def form(extra=""):
+            return lambda path: f"{extra}evidence_digest={shown[int(path.split('/')[2])]}"
+
         inbox = load([f"/runs/{pk}/steps/gate/approve/" for pk in runs[:half]], "POST",
-                     body="view=inbox", seconds=seconds)
+                     body=form("view=inbox&"), seconds=seconds)
         approve = load([f"/runs/{pk}/steps/gate/approve/" for pk in runs[half:]], "POST",
-                       seconds=seconds)
+                       body=form(), seconds=seconds)
         bench.results["http"] = {
             "clients": 8, "gunicorn_workers": 4, "floor_healthz": floor,
             "run_page": page, "approve_from_inbox": inbox, "approve": approve,

@@ -59,7 +59,8 @@ def test_a_web_server_whose_clock_steps_decides_gates_on_the_databases_clock(
 
     def approve(run) -> tuple[int, str]:
         request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/api/runs/{run.pk}/steps/qa/approve", data=b"{}",
+            f"http://127.0.0.1:{port}/api/runs/{run.pk}/steps/qa/approve",
+            data=json.dumps({"seen": run.steps.get(key="qa").evidence_digest}).encode(),
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
             method="POST")
         try:

@@ -3,6 +3,7 @@ a command that ignores SIGTERM. After each, every run ends as its policy says.""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -366,8 +367,12 @@ def test_web_server_killed_mid_approve_records_each_decision_once(people, tmp_pa
     port = sock.getsockname()[1]
 
     def approve(run_id: int, name: str, timeout: float = 5):
+        # As a client decides: with the gate's evidence digest, read from the run (here
+        # from the database: the server may be the one killed).
+        seen = Step.objects.get(run_id=run_id, key="qa").evidence_digest
         request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/api/runs/{run_id}/steps/qa/approve", data=b"{}",
+            f"http://127.0.0.1:{port}/api/runs/{run_id}/steps/qa/approve",
+            data=json.dumps({"seen": seen}).encode(),
             headers={"Authorization": f"Bearer {tokens[name]}",
                      "Content-Type": "application/json"}, method="POST")
         try:

@@ -37,7 +37,8 @@ def raw(sql: str, params=()) -> None:
 
     triggers = [import_module("workflows.migrations.0044_append_only_audit"),
                 import_module("workflows.migrations.0050_audit_timestamps"),
-                import_module("workflows.migrations.0051_sqlite_refuses_audit_deletes")]
+                import_module("workflows.migrations.0051_sqlite_refuses_audit_deletes"),
+                import_module("workflows.migrations.0058_decisions_append_only")]
     with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute("SET LOCAL session_replication_role = replica")
@@ -80,7 +81,7 @@ def test_every_transition_extends_its_runs_chain(decided, capsys):
     decided.refresh_from_db()
     assert decided.chain_head == rows[-1].hash
     call_command("verify_audit")
-    assert "every chain, seal and timestamp holds" in capsys.readouterr().out
+    assert "every chain, decision, seal and timestamp holds" in capsys.readouterr().out
 
 
 def test_a_summary_rewritten_by_sql_is_named(decided):
@@ -95,6 +96,48 @@ def test_a_rewritten_decision_is_named(decided):
     raw("UPDATE workflows_checkpoint SET actor_name = 'carol' WHERE run_id = %s AND seq = %s",
         [decided.pk, seq])
     assert "do not match its hash" in named(decided, seq)
+
+
+def test_the_database_refuses_changes_to_a_decision(decided):
+    """A decision row is the trail too: no UPDATE, and no DELETE outside retention (on
+    PostgreSQL a session's own setting no longer lets it through)."""
+    refused = ["UPDATE workflows_approval SET comment = 'x'", "DELETE FROM workflows_approval"]
+    if connection.vendor == "postgresql":
+        refused.append("SELECT set_config('tollgate.retention', 'on', true); "
+                       "DELETE FROM workflows_approval")
+    for sql in refused:
+        with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), \
+                connection.cursor() as cursor:
+            cursor.execute(sql)
+    assert verify().ok
+
+
+@pytest.mark.parametrize("sql, what", [
+    ("UPDATE workflows_approval SET comment = 'ship v2 instead'", "differs from what"),
+    ("UPDATE workflows_approval SET signature_meaning = 'Approved for release'",
+     "differs from what"),
+    ("DELETE FROM workflows_approval", "is gone"),
+])
+def test_a_decision_changed_or_deleted_by_sql_is_named(decided, sql, what):
+    """Who decided, what they wrote and how they signed are in the decision's row, which
+    the export, the CSV and My decisions read: the row's digest is in its checkpoint."""
+    seq = Checkpoint.objects.get(run=decided, kind="approval_recorded").seq
+    raw(sql)
+    assert what in named(decided, seq)
+
+
+def test_a_decision_added_by_sql_is_named(decided, people):
+    from workflows.models import Approval
+
+    row = Approval.objects.values().get()
+    raw("INSERT INTO workflows_approval (step_id, attempt, user_id, decision, comment, "
+        "\"values\", \"group\", at, channel, chat_identity, signature_meaning, "
+        "signature_method, signer_name, signature_digest, evidence_digest) "
+        "VALUES (%s, %s, %s, 'approve', 'me too', '{}', 'qa', %s, 'web', '', '', '', '', "
+        "'', '')", [row["step_id"], row["attempt"], people["carol"].pk, row["at"]])
+    found = verify().problems
+    assert [(run_id, seq) for run_id, seq, _ in found] == [(decided.pk, 0)]
+    assert "no checkpoint records" in found[0][2]
 
 
 def test_a_deleted_checkpoint_is_named(decided):
@@ -242,6 +285,25 @@ def test_an_export_verifies_offline_and_an_edited_one_does_not(decided, people, 
     rewritten = check(forged)
     assert rewritten.returncode == 1 and "the chain was rewritten" in rewritten.stdout, (
         rewritten.stdout + rewritten.stderr)
+    # The same rewrite with its seals taken out: with the key in hand, refused.
+    forged.write_text(json.dumps({**edited, "seals": []}))
+    unsealed = check(forged)
+    assert unsealed.returncode == 1 and "carries no seal" in unsealed.stdout, unsealed.stdout
+    # What sits beside the chain in the file and the chain vouches for.
+    for name, edit, said in [
+            ("decision", lambda e: e["decisions"][0].update(comment="ship v2"), "other words"),
+            ("decision-record", lambda e: e["decisions"][0]["record"].update(comment="v2"),
+             "not the one any checkpoint records"),
+            ("decision-gone", lambda e: e.update(decisions=[]), "is not in the export"),
+            ("state", lambda e: e["timeline"][-1]["state"].update(artifact="evil"),
+             "the state shown after it"),
+            ("title", lambda e: e.update(title="Another release"), "was opened as")]:
+        changed = json.loads(json.dumps(export))
+        edit(changed)
+        (tmp_path / f"{name}.json").write_text(json.dumps(changed))
+        found = check(tmp_path / f"{name}.json")
+        assert found.returncode == 1 and said in found.stdout, (name, found.stdout)
+    assert "not covered: step keys and titles" in ok.stdout
 
 
 def test_chains_are_sealed_once_a_period(settings):

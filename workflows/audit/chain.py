@@ -35,6 +35,21 @@ def digest(value) -> str:
                                      ensure_ascii=False, default=str).encode()).hexdigest()
 
 
+# What a decision's checkpoint vouches for of its row (workflows_approval): every field that
+# says who decided what, on which evidence, how and when. The checkpoint's evidence carries
+# {"decision": {"user": id, "digest": decision_digest(row)}}, so the chain covers the row.
+DECISION_FIELDS = ("step_id", "attempt", "user_id", "decision", "comment", "values", "group",
+                   "at", "channel", "chat_identity", "rule_id", "on_behalf_of_id",
+                   "signature_meaning", "signature_method", "signer_name", "signature_digest",
+                   "evidence_digest")
+
+
+def decision_digest(fields: dict) -> str:
+    """SHA-256 of a decision's DECISION_FIELDS (times in UTC, to the microsecond)."""
+    return digest({name: moment(fields[name]) if name == "at" else fields[name]
+                   for name in DECISION_FIELDS})
+
+
 def link(prev_hash: str, fields: dict) -> str:
     """The hash of a checkpoint with these fields, after one whose hash is `prev_hash` ("" for
     a run's first)."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from ..models import AuditSeal, AuditTimestamp, Checkpoint, Run
+from ..models import Approval, AuditSeal, AuditTimestamp, Checkpoint, CheckpointKind, Run
 from . import chain, seals, timestamps
 
 CHUNK = 5000
@@ -19,6 +19,10 @@ class Verdict:
     checkpoints: int = 0
     seals: int = 0
     timestamps: int = 0
+    decisions: int = 0
+    # Decisions recorded before their checkpoints carried their digest: the chain does not
+    # cover them (the verdict says how many).
+    uncovered: int = 0
     problems: list[tuple[int, int, str]] = field(default_factory=list)
 
     @property
@@ -45,6 +49,7 @@ def verify(run_ids=None) -> Verdict:
             yield row
 
     verdict.problems = list(chain.problems(counted(), heads))
+    verdict.problems += _decision_problems(verdict, runs if run_ids is not None else None)
     verdict.problems += _seal_problems(verdict, run_ids)
     if run_ids is None:  # the timestamps vouch for the whole seal chain, not for one run
         verdict.problems += _timestamp_problems(verdict)
@@ -98,4 +103,50 @@ def _seal_problems(verdict: Verdict, run_ids) -> list[tuple[int, int, str]]:
         verdict.seals += len(batch)
         found += [problem for problem in seals.problems(batch, hash_at, public, pruned)
                   if run_ids is None or problem[0] in run_ids]
+    return found
+
+
+DECISION_KINDS = (CheckpointKind.APPROVAL_RECORDED, CheckpointKind.STEP_APPROVED,
+                  CheckpointKind.REJECTION_RECORDED, CheckpointKind.STEP_REJECTED)
+
+
+def _decision_problems(verdict: Verdict, runs) -> list[tuple[int, int, str]]:
+    """Each decision row is the one its checkpoint's digest vouches for, and each decision
+    a checkpoint records still has its row: a row changed, added or deleted behind the
+    application's back is named by the run and the checkpoint (or 0 for a row the chain
+    does not know)."""
+    checkpoints = Checkpoint.objects.filter(kind__in=DECISION_KINDS)
+    rows = Approval.objects.all()
+    if runs is not None:
+        checkpoints = checkpoints.filter(run__in=runs)
+        rows = rows.filter(step__run__in=runs)
+    vouched: dict[tuple[int, int], dict[str, tuple[int, int]]] = {}
+    chained_runs = set()
+    for run_id, seq, step_id, evidence in checkpoints.values_list(
+            "run_id", "seq", "step_id", "evidence").iterator(chunk_size=CHUNK):
+        decision = (evidence or {}).get("decision") if isinstance(evidence, dict) else None
+        if isinstance(decision, dict):
+            chained_runs.add(run_id)
+            vouched.setdefault((step_id, decision.get("user")), {})[
+                decision.get("digest")] = (run_id, seq)
+    found = []
+    for row in rows.values(*chain.DECISION_FIELDS, "step__run_id").iterator(chunk_size=CHUNK):
+        verdict.decisions += 1
+        run_id = row["step__run_id"]
+        mine = vouched.get((row["step_id"], row["user_id"]), {})
+        if mine.pop(chain.decision_digest(row), None) is not None:
+            continue
+        if run_id not in chained_runs:
+            verdict.uncovered += 1  # decided before decisions were chained
+        elif mine:
+            found.append((run_id, next(iter(mine.values()))[1], "a decision differs from what "
+                          "its checkpoint recorded (changed after it was written)"))
+            mine.clear()
+        else:
+            found.append((run_id, 0, f"a decision of user {row['user_id']} on step "
+                          f"{row['step_id']} that no checkpoint records (added behind the "
+                          "application's back)"))
+    for digests in vouched.values():
+        for run_id, seq in digests.values():
+            found.append((run_id, seq, "the decision this checkpoint records is gone"))
     return found

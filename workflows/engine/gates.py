@@ -150,18 +150,21 @@ def _record_decision(step: Step, user, decision: str, comment: str,
                      values: dict | None = None, *, via: tuple[str, str], rule,
                      for_person, signature: Signature | None = None) -> dict:
     """Insert the decision now: the unique (step, attempt, user) is the last word on a
-    second decision racing in. Returns what its signature recorded ({} if none)."""
+    second decision racing in. Returns what its signature recorded ({} if none), and what
+    its checkpoint records of the row (who, and the row's digest: the chain covers it)."""
     now = clock.now()
     signed = _signed(step, rule, user, signature, decision, comment, values or {}, now)
     waited = (now - step.waiting_since).total_seconds() if step.waiting_since else None
+    row = dict(zip(chain.DECISION_FIELDS, (
+        step.pk, step.attempt, user.pk, decision, comment, values or {}, rule.audience[:150],
+        now, *via, rule.pk, for_person.pk if for_person else None, signed.get("meaning", ""),
+        signed.get("method", ""), signed.get("name", ""), signed.get("digest", ""),
+        step.evidence_digest), strict=True))
     with sql.cursor() as cursor:
-        cursor.execute(*APPROVAL.insert(APPROVAL_COLUMNS, [(
-            step.pk, step.attempt, user.pk, decision, comment, values or {},
-            rule.audience[:150], waited, now, *via, rule.pk,
-            for_person.pk if for_person else None, signed.get("meaning", ""),
-            signed.get("method", ""), signed.get("name", ""), signed.get("digest", ""),
-            step.evidence_digest)]))
-    return signed
+        cursor.execute(*APPROVAL.insert(APPROVAL_COLUMNS, [tuple(
+            waited if name == "waited_seconds" else row[name] for name in APPROVAL_COLUMNS)]))
+    # The decision's checkpoint carries its row's digest: the chain vouches for the row.
+    return signed, {"user": user.pk, "digest": chain.decision_digest(row)}
 
 
 def _decision_evidence(rules, rule, for_person, via, opened) -> dict:
@@ -229,8 +232,9 @@ def approve(run, key: str, *, user, comment: str = "", values: dict | None = Non
         step, rules, rule, for_person = _gate(state, key, user, "approve")
         _as_seen(step, seen)
         filled = form_values(step, values, posted=posted)
-        signed = _record_decision(step, user, Decision.APPROVE, comment, filled, via=via,
-                                  rule=rule, for_person=for_person, signature=signature)
+        signed, recorded = _record_decision(step, user, Decision.APPROVE, comment, filled,
+                                            via=via, rule=rule, for_person=for_person,
+                                            signature=signature)
         now = clock.now()
         opened = policy.count(rule, rules, Decision.APPROVE, now)
         policy.summarize(step, rules)
@@ -247,7 +251,8 @@ def approve(run, key: str, *, user, comment: str = "", values: dict | None = Non
             reserve_key(state.run, key)
         count = sum(r.approvals for r in rules)
         evidence = {"approvals": count, "required": step.approval_required,
-                    **_decision_evidence(rules, rule, for_person, via, opened)}
+                    **_decision_evidence(rules, rule, for_person, via, opened),
+                    "decision": recorded}
         if filled:
             evidence["values"] = filled
         summary = comment or f"Approved ({count} of {step.approval_required})"
@@ -285,10 +290,12 @@ def reject(run, key: str, *, user, comment: str, channel: str = Channel.WEB,
     with locked(run, key=key) as state:
         step, rules, rule, for_person = _gate(state, key, user, "reject")
         _as_seen(step, seen)
-        signed = _record_decision(step, user, Decision.REJECT, comment, via=via, rule=rule,
-                                  for_person=for_person, signature=signature)
+        signed, recorded = _record_decision(step, user, Decision.REJECT, comment, via=via,
+                                            rule=rule, for_person=for_person,
+                                            signature=signature)
         policy.count(rule, rules, Decision.REJECT, clock.now())
-        evidence = _decision_evidence(rules, rule, for_person, via, [])
+        evidence = {**_decision_evidence(rules, rule, for_person, via, []),
+                    "decision": recorded}
         if signed:
             evidence["signature"] = signed
         by = f"{user.get_username()}" + (f" for {for_person.name}" if for_person else "")

@@ -155,7 +155,8 @@ def open_run(
             )
             insert_steps(_new_steps(run, spec.definition["steps"]))
             state = load(run.pk)
-            opened = {**({"params": values} if values else {}),
+            # The title the run was opened with is in the chain (exports show it).
+            opened = {"title": run.title, **({"params": values} if values else {}),
                       **({"opened_for": owner.get_username()} if owner else {}),
                       **({"parent": {"run": parent_step.run_id, "step": parent_step.key}}
                          if parent_step else {})}
@@ -164,7 +165,7 @@ def open_run(
                    + (f" under goal “{goal.title}”" if goal else "")
                    + (f" for step {parent_step.key} of run {parent_step.run_id}"
                       if parent_step else ""),
-                   state_patch=shared_state or {}, evidence=opened or None)
+                   state_patch=shared_state or {}, evidence=opened)
             state.flush()
             run = state.run
     except IntegrityError:

@@ -125,12 +125,11 @@ def _delete_runs(run_ids: list[int]) -> None:
     # What is deleted is signed as deleted (a tombstone seal), so verify_audit tells it from
     # a run someone removed behind the application's back.
     seals.seal_pruned(list(Run.objects.filter(pk__in=run_ids).values_list("pk", "chain_head")))
-    # The audit trail refuses deletion through the ORM, and on PostgreSQL in the database
-    # unless the transaction says it is retention's; this path was exported first.
+    # The audit trail refuses deletion through the ORM, and in the database: on PostgreSQL
+    # unless the run has the tombstone written above (migration 0058); this path was
+    # exported first.
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SELECT set_config('tollgate.retention', 'on', true)")
-        else:  # SQLite: a row of this transaction's own (migration 0051)
+        if connection.vendor != "postgresql":  # SQLite: a row of this transaction's own
             cursor.execute("INSERT INTO tollgate_audit_unlock VALUES ('retention')")
         for model, column, values in (
                 (Checkpoint, "run_id", run_ids),

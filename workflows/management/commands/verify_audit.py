@@ -26,9 +26,12 @@ class Command(BaseCommand):
         for run_id, seq, what in verdict.problems:
             self.stderr.write(f"run {run_id} seq {seq}: {what}")
         summary = (f"{verdict.runs} run(s), {verdict.checkpoints} checkpoint(s), "
+                   f"{verdict.decisions} decision(s)"
+                   + (f" ({verdict.uncovered} recorded before decisions were chained, "
+                      "not covered)" if verdict.uncovered else "") + ", "
                    f"{verdict.seals} seal(s), {verdict.timestamps} timestamp(s)")
         if not verdict.ok:
             first = verdict.problems[0]
             raise CommandError(f"{len(verdict.problems)} problem(s), the first: run {first[0]} "
                                f"seq {first[1]}: {first[2]}; {summary}.")
-        self.stdout.write(f"Verified {summary}: every chain, seal and timestamp holds.")
+        self.stdout.write(f"Verified {summary}: every chain, decision, seal and timestamp holds.")
