@@ -117,7 +117,9 @@ def sync_gate(chat, gate: Step) -> None:
                 _post_once(chat, gate, channel, message)
         for user_id, text in _personal_notes(gate, message).items():
             _tell_once(chat, gate, user_id, text)
-    for row in ChatMessage.objects.filter(step=gate, final=False).exclude(ref=""):
+    # This platform's messages only: with Slack and Teams both on, each keeps its own.
+    for row in ChatMessage.objects.filter(step=gate, final=False, provider=chat.name
+                                          ).exclude(ref=""):
         shown = message if row.attempt == gate.attempt else gate_message_of_attempt(gate, row)
         chat.update(row.channel, row.ref, shown)
         ChatMessage.objects.filter(pk=row.pk).update(updated_at=timezone.now(),
@@ -171,14 +173,14 @@ def sync(chat, run_id: int, keys: list[str], reminded=()) -> None:
         run_id=run_id, kind=StepKind.APPROVAL)
     named = Q(key__in=[key for key in keys if key])
     if "" in keys:
-        named |= Q(pk__in=ChatMessage.objects.filter(step__run_id=run_id, final=False)
-                   .values("step_id"))
+        named |= Q(pk__in=ChatMessage.objects.filter(step__run_id=run_id, final=False,
+                                                     provider=chat.name).values("step_id"))
     for gate in gates.filter(named).order_by("index"):
         sync_gate(chat, gate)
     for gate in gates.filter(key__in=reminded, status=StepStatus.WAITING_APPROVAL):
         message = gate_message(gate)
         if not message.open:
             continue
-        for row in ChatMessage.objects.filter(step=gate, attempt=gate.attempt, final=False
-                                              ).exclude(ref=""):
+        for row in ChatMessage.objects.filter(step=gate, attempt=gate.attempt, final=False,
+                                              provider=chat.name).exclude(ref=""):
             chat.remind(row.channel, row.ref, message)

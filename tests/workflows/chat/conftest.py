@@ -49,10 +49,13 @@ def teams(settings, live_server, monkeypatch):
 
 
 @pytest.fixture(params=["slack", "teams"])
-def platform(request):
-    """Each chat platform in turn, behind the same driver."""
+def platform(request, monkeypatch):
+    """Each chat platform in turn, behind the same driver, with the other set up beside it
+    as a deployment with both has them (their presses ring one doorbell list)."""
+    slack, teams = request.getfixturevalue("slack"), request.getfixturevalue("teams")
+    slack.doorbells = teams.doorbells = []
+    monkeypatch.setattr("workflows.delivery.dispatch.handle_chat_press",
+                        slack.doorbells.append)
     if request.param == "slack":
-        fake = request.getfixturevalue("slack")
-        return SlackDriver(fake, fake.url)
-    fake = request.getfixturevalue("teams")
-    return TeamsDriver(fake, fake.url)
+        return SlackDriver(slack, slack.url)
+    return TeamsDriver(teams, teams.url)

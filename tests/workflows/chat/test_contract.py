@@ -88,6 +88,23 @@ def test_an_approver_decides_in_one_press_and_every_message_follows(platform, pe
                                                          ("carol", "run_page")]
 
 
+def test_with_both_platforms_each_keeps_and_updates_its_own_messages(slack, teams, people):
+    """Slack and Teams on together: the gate is posted once on each, a decision updates
+    each platform's own message (never the other's ids), and no outbox job fails."""
+    from .platforms import SlackDriver, TeamsDriver
+
+    run, gate = waiting(people, month="November")
+    on_slack, on_teams = SlackDriver(slack, slack.url), TeamsDriver(teams, teams.url)
+    carol = Client()
+    carol.force_login(people["carol"])
+    carol.post(f"/runs/{run.pk}/steps/sign/approve/", {"via": "run_page"})
+    for driver in (on_slack, on_teams):
+        assert driver.posted_channels() == [driver.group_channels["qa"]]
+        assert "carol approved" in driver.shown(driver.group_channels["qa"])
+    failed = OutboxMessage.objects.filter(job=OutboxJob.CHAT).exclude(last_error="")
+    assert not failed.exists(), list(failed.values_list("last_error", flat=True))
+
+
 def test_chat_refuses_what_the_web_refuses(platform, people):
     run, gate = waiting(people, month="May")
     platform.link(people["erin"])  # not in qa
