@@ -594,3 +594,19 @@ def test_an_operator_cannot_reassign_a_gate_to_herself(world, entry):
     olga = world["users"]["operator"]
     olga.groups.add(world["users"]["approver"].groups.get())  # she could decide for qa
     reassign_refused(world, entry, "olga", "themselves")
+
+
+@pytest.mark.parametrize("entry", ["web", "htmx", "api"])
+def test_an_operator_cannot_reassign_a_gate_to_someone_away_she_stands_in_for(world, entry):
+    """Not to herself by the back door: a person away who named her their delegate."""
+    from datetime import timedelta
+
+    from workflows import clock
+    from workflows.models import Preference
+
+    olga, mia = world["users"]["operator"], world["users"]["member"]
+    now = clock.now()
+    Preference.objects.update_or_create(user=mia, defaults={
+        "delegate": olga, "away_from": now - timedelta(hours=1),
+        "away_until": now + timedelta(days=2)})
+    reassign_refused(world, entry, "mia", "as their delegate")

@@ -29,7 +29,8 @@ from goals.services import OpenRuns
 from tollgate import dbfaults
 from workflows.api import runs, specs, steps, workers
 from workflows.engine import WorkflowError
-from workflows.models import ApiToken, SsoIdentity
+from workflows.models import ApiToken
+from workflows.permissions import vouched_for
 from workflows.specs.values import BadValue, check_json
 
 
@@ -44,18 +45,6 @@ class TokenAuth(HttpBearer):
             ApiToken.objects.filter(pk=found.pk).update(last_used_at=now)
         request.user = found.user
         return found.user
-
-
-def vouched_for(user) -> bool:
-    """Tokens follow sign-on (TOLLGATE_OIDC_TOKENS_FOLLOW_SECONDS): a person with a sign-on
-    identity the provider has not vouched for within that time (no sign-in, no session
-    check: disabled or removed there) has tokens that no longer work until they sign in."""
-    limit = settings.TOLLGATE_OIDC_TOKENS_FOLLOW_SECONDS
-    if not (limit and settings.TOLLGATE_OIDC_ISSUER):
-        return True
-    last = (SsoIdentity.objects.filter(user=user, issuer=settings.TOLLGATE_OIDC_ISSUER)
-            .order_by("-last_sign_in").values_list("last_sign_in", flat=True).first())
-    return last is None or timezone.now() - last <= timedelta(seconds=limit)
 
 
 class BrowserSession(SessionAuth):

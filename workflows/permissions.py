@@ -11,10 +11,13 @@ delegate, and counts once either way.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils import timezone
 
 from . import clock
 from .models import (
@@ -24,6 +27,7 @@ from .models import (
     Preference,
     Run,
     RunStatus,
+    SsoIdentity,
     Step,
     StepStatus,
 )
@@ -47,6 +51,23 @@ def signed_in(user) -> bool:
 
 
 NOT_SIGNED_IN = "Only a signed-in member of the approver group may decide a gate."
+
+
+def vouched_for(user) -> bool:
+    """Doors that do not sign in (API tokens, chat) follow sign-on
+    (TOLLGATE_OIDC_TOKENS_FOLLOW_SECONDS): a person with a sign-on identity the provider has
+    not vouched for within that time (no sign-in, no session check: disabled or removed
+    there) acts through them no more until they sign in again."""
+    limit = settings.TOLLGATE_OIDC_TOKENS_FOLLOW_SECONDS
+    if not (limit and settings.TOLLGATE_OIDC_ISSUER):
+        return True
+    last = (SsoIdentity.objects.filter(user=user, issuer=settings.TOLLGATE_OIDC_ISSUER)
+            .order_by("-last_sign_in").values_list("last_sign_in", flat=True).first())
+    return last is None or timezone.now() - last <= timedelta(seconds=limit)
+
+
+NOT_VOUCHED_FOR = ("Your company sign-on has not vouched for you lately (disabled or removed "
+                   "there?): nothing was recorded. Sign in to Tollgate, then press again.")
 
 
 def has(user, perm: str) -> bool:

@@ -150,6 +150,13 @@ def _who(chat, press: Press):
                   "Tollgate does not know which of its users you are, so nothing was "
                   f"recorded. Open this link while signed in to Tollgate to link your "
                   f"account, then press again: {url}")
+        return None
+    if not (identity.user.is_active and permissions.vouched_for(identity.user)):
+        # Removed or disabled at the company's provider: as its tokens and sessions, its
+        # chat accounts act no more.
+        chat.tell(press, permissions.NOT_VOUCHED_FOR if identity.user.is_active else
+                  "Your Tollgate account is deactivated: nothing was recorded.")
+        return None
     return identity
 
 

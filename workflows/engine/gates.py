@@ -17,6 +17,7 @@ from ..models import (
     Checkpoint,
     CheckpointKind,
     Decision,
+    Preference,
     Step,
     StepKind,
     StepStatus,
@@ -411,6 +412,15 @@ def _check_can_be_met(run, step, rule, actor, *, group: str, person) -> None:
     if person is not None and permissions.is_person(actor) and person.pk == actor.pk:
         raise InvalidInput(f"{actor.get_username()} cannot reassign {step.key} to "
                            "themselves: an operator hands a gate to someone else.")
+    if person is not None and permissions.is_person(actor):
+        # Nor to someone away whose delegate they are: they would decide it all the same.
+        away = Preference.objects.filter(user=person, delegate=actor).first()
+        if away is not None and (away.delegating_at(clock.now()) or (
+                away.away_from and away.away_until and clock.now() < away.away_until)):
+            raise InvalidInput(
+                f"{actor.get_username()} cannot reassign {step.key} to "
+                f"{person.get_username()}, who is away with {actor.get_username()} as "
+                "their delegate: an operator hands a gate to someone else.")
     needed = rule.required - rule.approvals
     excluded = permissions.decided_people(step)
     if permissions.is_person(actor):

@@ -234,3 +234,24 @@ def test_chat_follows_the_stages_and_tells_a_delegate_whom_they_decide_for(platf
     for channel in platform.group_channels.values():
         assert "Approved by bob (qa), oscar (ops)" in platform.shown(channel)
     assert ChatIdentity.objects.get(user=people["dave"]).provider == platform.provider_name
+
+
+def test_a_person_removed_at_the_company_provider_decides_nothing_from_chat(platform, people,
+                                                                            settings):
+    """Their sessions end and their tokens stop at the provider's word (or its silence past
+    TOLLGATE_OIDC_TOKENS_FOLLOW_SECONDS); their chat accounts stop with them."""
+    from workflows.models import SsoIdentity
+
+    settings.TOLLGATE_OIDC_ISSUER = "https://id.acme.test"
+    run, gate = waiting(people, month="November")
+    platform.link(people["bob"])
+    SsoIdentity.objects.create(
+        user=people["bob"], issuer=settings.TOLLGATE_OIDC_ISSUER, subject="bob-sub",
+        last_sign_in=clock.now() - timedelta(
+            seconds=settings.TOLLGATE_OIDC_TOKENS_FOLLOW_SECONDS + 60))
+    platform.press(gate, "approve", "bob")
+    assert platform.handled() == ["not linked"]
+    assert not Approval.objects.exists()
+    SsoIdentity.objects.filter(user=people["bob"]).update(last_sign_in=clock.now())
+    platform.press(gate, "approve", "bob")
+    assert platform.handled() == ["approved by bob"]
