@@ -20,6 +20,7 @@ from workflows.errors import InvalidInput, WorkflowError
 from workflows.models import (
     Channel,
     ChatInteraction,
+    ChatMessage,
     GateRule,
     Step,
     StepKind,
@@ -81,9 +82,11 @@ def receive(chat, headers, body: bytes) -> tuple[dict | None, int | None]:
         return None, None
     gate = _gate(press.step_id)
     if press.kind == "view":
+        if gate is None or not _may_view(chat, press, gate):
+            _done(row, "view refused: not posted there, or not the person's to read")
+            return None, None
         _done(row, "viewed")
-        return (chat.view(press, gate_message(gate), viewer(chat, press, gate))
-                if gate is not None else None), None
+        return chat.view(press, gate_message(gate), viewer(chat, press, gate)), None
     needs_form = press.decision == "reject" or bool(
         gate is not None and gate.config.get("approval", {}).get("form"))
     if press.kind == "button" and needs_form and _waiting(gate, press):
@@ -106,6 +109,19 @@ def receive(chat, headers, body: bytes) -> tuple[dict | None, int | None]:
         _done(row, f"form refused: {errors}"[:2000])
         return chat.form_errors(errors, press, gate_message(gate)), None
     return chat.ack(press), row.pk
+
+
+def _may_view(chat, press: Press, gate: Step) -> bool:
+    """A card is shown again only where it was posted (a refresh names any step id it
+    likes) and, to a person Tollgate knows, only if they may read its run
+    (TOLLGATE_RUN_VISIBILITY), as on the web."""
+    conversation = press.channel.split(";")[0]
+    if not ChatMessage.objects.filter(step=gate, provider=chat.name,
+                                      channel=conversation).exists():
+        return False
+    identity = _match(chat, press)
+    return identity is None or permissions.readable_runs(identity.user).filter(
+        pk=gate.run_id).exists()
 
 
 def viewer(chat, press: Press, gate: Step) -> Viewer:

@@ -102,6 +102,22 @@ def test_only_activities_from_teams_signed_by_a_key_endorsed_for_teams_are_taken
     assert not ChatInteraction.objects.exists() and not Approval.objects.exists()
 
 
+def test_a_card_refreshes_only_where_it_was_posted_and_for_those_who_may_read_it(
+        teams, driver, people, settings):
+    """A refresh names whatever step id it likes: another channel's gate, or a run the
+    person may not read (TOLLGATE_RUN_VISIBILITY), shows nothing."""
+    settings.TOLLGATE_RUN_VISIBILITY = "involved"
+    driver.link(people["erin"])  # in no group of the run: not involved
+    driver.link(people["bob"])
+    run, gate = waiting(people)
+    for name, channel in (("bob", "19:elsewhere@thread.tacv2"), ("erin", QA)):
+        driver.account(name)
+        status, answer = teams.send(teams.url, teams.activity(
+            gate, "tollgate.refresh", teams.member(name), channel=channel))
+        assert status == 200 and "QA sign-off" not in json.dumps(answer), (name, answer)
+    assert "QA sign-off" in json.dumps(driver.view(gate, "bob"))
+
+
 def test_only_people_who_may_decide_see_the_buttons(teams, driver, people):
     for name in ("bob", "carol", "erin", "alice"):
         driver.account(name)
