@@ -24,7 +24,8 @@ PRODUCTION = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50),
 
 def test_check_deploy_is_clean_with_production_settings(tmp_path):
     env = {**consumer_env(), **PRODUCTION, "TOLLGATE_VAR_DIR": str(tmp_path),
-           "TOLLGATE_AUDIT_KEY_FILE": str(tmp_path / "keys" / "audit.pem")}
+           "TOLLGATE_AUDIT_KEY_FILE": str(tmp_path / "keys" / "audit.pem"),
+           "TOLLGATE_COMMAND_USER": "nobody"}
     # Only what a production deployment sets: no test conveniences leak into the check.
     for name in ("TOLLGATE_SSL_REDIRECT", "TOLLGATE_SECURE_COOKIES", "TOLLGATE_EMAIL_BACKEND",
                  "DJANGO_ALLOW_ASYNC_UNSAFE"):
@@ -107,3 +108,21 @@ def test_check_deploy_asks_for_the_audit_key_to_be_named(tmp_path):
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and "tollgate.W004" in result.stdout + result.stderr
+
+
+def test_check_deploy_says_who_can_read_the_audit_key(tmp_path):
+    """Without a user of their own, command steps run as the consumer and can read the
+    signing key; a key others can read is said too, with where it is."""
+    key = tmp_path / "audit.pem"
+    key.write_text("not read by the check")
+    key.chmod(0o644)
+    env = {**consumer_env(), **PRODUCTION, "TOLLGATE_VAR_DIR": str(tmp_path),
+           "TOLLGATE_AUDIT_KEY_FILE": str(key)}
+    env.pop("TOLLGATE_COMMAND_USER", None)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    said = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "tollgate.W011" in said and str(key) in said
+    assert "tollgate.W010" in said and "mode 644" in said

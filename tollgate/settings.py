@@ -345,6 +345,9 @@ TOLLGATE_KEEP_OUTBOX_DAYS = float(os.environ.get("TOLLGATE_KEEP_OUTBOX_DAYS", "7
 # here on first use when unset: keep it where database users cannot read it), and how often.
 TOLLGATE_AUDIT_KEY_FILE = os.environ.get("TOLLGATE_AUDIT_KEY_FILE",
                                          str(VAR_DIR / "audit-key.pem"))
+# Its public half, which is all the web server and verify_audit read (the sealer writes it
+# beside the key: the key's path with ".pub" unless this names another).
+TOLLGATE_AUDIT_PUBLIC_KEY_FILE = os.environ.get("TOLLGATE_AUDIT_PUBLIC_KEY_FILE", "")
 TOLLGATE_AUDIT_SEAL_SECONDS = float(os.environ.get("TOLLGATE_AUDIT_SEAL_SECONDS", "600"))
 # An RFC 3161 timestamp authority for the seal chain (its URL; off when empty), and the PEM
 # file of the root certificate(s) its answers must chain to (required with the URL).

@@ -236,7 +236,12 @@ def test_a_pruned_run_is_signed_as_pruned_and_one_deleted_by_hand_is_not(
         (kept.pk, "the run is gone, and retention did not prune it")]
 
 
-def test_the_public_key_is_published(client):
+def test_the_public_key_is_published(client, decided, settings, tmp_path):
+    settings.TOLLGATE_AUDIT_KEY_FILE = str(tmp_path / "key.pem")
+    seals._private_key.cache_clear()
+    assert client.get("/audit/key").status_code == 404  # nothing sealed: no key made here
+    assert not (tmp_path / "key.pem").exists()
+    seals.seal()
     answer = client.get("/audit/key")
     assert answer.status_code == 200 and b"BEGIN PUBLIC KEY" in answer.content
 
@@ -419,3 +424,20 @@ def test_an_authority_without_roots_to_check_it_is_a_configuration_error(setting
     settings.TOLLGATE_AUDIT_TSA_URL = "https://tsa.example/tsr"
     settings.TOLLGATE_AUDIT_TSA_CA_FILE = ""
     assert [e.id for e in audit_timestamps(None)] == ["tollgate.E005"]
+
+
+def test_verifying_needs_only_the_public_key_and_makes_none(decided, settings, tmp_path):
+    """The sealer writes the public half beside its key; the verifier and the web server
+    read only that, and a verifier with no key at all creates none (it would "verify" with
+    a key of its own making)."""
+    seals.seal()
+    public = seals.public_path()
+    assert public.exists() and b"PUBLIC KEY" in public.read_bytes()
+    settings.TOLLGATE_AUDIT_PUBLIC_KEY_FILE = str(public)
+    settings.TOLLGATE_AUDIT_KEY_FILE = str(tmp_path / "not-here.pem")  # out of reach
+    seals._private_key.cache_clear()
+    assert verify().ok
+    settings.TOLLGATE_AUDIT_PUBLIC_KEY_FILE = str(tmp_path / "nor-here.pem")
+    found = verify().problems
+    assert found and "cannot be checked" in found[0][2]
+    assert not (tmp_path / "not-here.pem").exists() and not (tmp_path / "nor-here.pem").exists()

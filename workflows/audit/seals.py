@@ -30,9 +30,16 @@ from . import chain
 MARGIN = timedelta(minutes=5)
 
 
-@cache
 def private_key() -> Ed25519PrivateKey:
-    path = Path(settings.TOLLGATE_AUDIT_KEY_FILE)
+    """The key that signs seals, read by the sealer alone (the consumers' periodic seal,
+    retention's tombstones): made on first use where it is missing, with its public half
+    written beside it (public_key), which is all that checking a seal needs."""
+    return _private_key(settings.TOLLGATE_AUDIT_KEY_FILE)
+
+
+@cache
+def _private_key(where: str) -> Ed25519PrivateKey:
+    path = Path(where)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         pem = Ed25519PrivateKey.generate().private_bytes(
@@ -48,12 +55,51 @@ def private_key() -> Ed25519PrivateKey:
     key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     if not isinstance(key, Ed25519PrivateKey):
         raise ValueError(f"{path} holds no Ed25519 private key")
+    _write_public(key.public_key())
+    return key
+
+
+def public_path() -> Path:
+    return Path(settings.TOLLGATE_AUDIT_PUBLIC_KEY_FILE
+                or f"{settings.TOLLGATE_AUDIT_KEY_FILE}.pub")
+
+
+def _write_public(public: Ed25519PublicKey) -> None:
+    path = public_path()
+    if path.exists():
+        return
+    pem = public.public_bytes(serialization.Encoding.PEM,
+                              serialization.PublicFormat.SubjectPublicKeyInfo)
+    draft = path.with_name(f".{path.name}.{os.getpid()}")
+    draft.write_bytes(pem)
+    draft.replace(path)
+
+
+def public_key() -> Ed25519PublicKey:
+    """The key seals are checked with: TOLLGATE_AUDIT_PUBLIC_KEY_FILE (by default the
+    signing key's path with ".pub"), which the sealer writes beside its key. The web server
+    and the verifier read only this; where it is missing beside a key made by an earlier
+    version, it is derived once. LookupError when there is no key yet (nothing sealed)."""
+    path = public_path()
+    if not path.exists():
+        if not Path(settings.TOLLGATE_AUDIT_KEY_FILE).exists():
+            raise LookupError(f"No audit key yet: neither {path} nor "
+                              f"{settings.TOLLGATE_AUDIT_KEY_FILE} exists (nothing was sealed).")
+        private_key()
+    key = serialization.load_pem_public_key(path.read_bytes())
+    if not isinstance(key, Ed25519PublicKey):
+        raise ValueError(f"{path} holds no Ed25519 public key")
     return key
 
 
 def public_pem() -> str:
-    return private_key().public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    """The public key as PEM text ("" when nothing was sealed yet)."""
+    try:
+        key = public_key()
+    except LookupError:
+        return ""
+    return key.public_bytes(serialization.Encoding.PEM,
+                            serialization.PublicFormat.SubjectPublicKeyInfo).decode()
 
 
 def key_id(public: Ed25519PublicKey) -> str:

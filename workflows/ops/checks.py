@@ -83,14 +83,26 @@ def audit_key(app_configs, **kwargs):
                              "path database users cannot read, and name it here.",
                         id="tollgate.W004")]
     path = settings.TOLLGATE_AUDIT_KEY_FILE
-    try:
-        from workflows.audit.seals import private_key
-
-        private_key()
-    except (OSError, ValueError, TypeError) as exc:
-        return [Error(f"TOLLGATE_AUDIT_KEY_FILE {path!r} cannot be used: {exc}",
-                      id="tollgate.E004")]
-    return []
+    found = []
+    if os.path.exists(path):
+        mode = os.stat(path).st_mode & 0o777
+        if mode & 0o077:
+            found.append(Warning(
+                f"The audit's signing key {path} can be read by others than its owner "
+                f"(mode {mode:o}).", hint=f"chmod 600 {path}", id="tollgate.W010"))
+    elif os.path.exists(os.path.dirname(path) or ".") and not os.access(
+            os.path.dirname(path) or ".", os.W_OK):
+        found.append(Error(f"TOLLGATE_AUDIT_KEY_FILE {path!r} does not exist and its folder "
+                           "cannot be written: the sealer cannot make it.",
+                           id="tollgate.E004"))
+    if not settings.TOLLGATE_COMMAND_USER:
+        found.append(Warning(
+            f"TOLLGATE_COMMAND_USER is not set: command steps run as the consumer's own user, "
+            f"and any spec author's command can read what it can, the audit's signing key "
+            f"{path} included, and sign a rewritten record.",
+            hint="Run commands as a user of their own (TOLLGATE_COMMAND_USER); keep the key "
+                 "readable by the consumer's user alone.", id="tollgate.W011"))
+    return found
 
 
 @register(Tags.security)

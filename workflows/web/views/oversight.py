@@ -80,4 +80,8 @@ def audit(request):
 def audit_key(request):
     """The public half of the key that seals the audit chains (PEM), for anyone checking
     an export: scripts/verify-audit-export --key."""
-    return HttpResponse(seals.public_pem(), content_type="text/plain; charset=utf-8")
+    pem = seals.public_pem()
+    if not pem:
+        return HttpResponse("No audit key yet: nothing has been sealed.\n", status=404,
+                            content_type="text/plain; charset=utf-8")
+    return HttpResponse(pem, content_type="text/plain; charset=utf-8")
