@@ -47,3 +47,6 @@ if HUEY["huey_class"] == "huey.SqliteHuey":
 # Page versions of this test session alone, named as its consumers name them (by the queue).
 TOLLGATE_LIVE_FILE = str(VAR_DIR / f"live-{HUEY['name']}.sqlite3")
 TOLLGATE_LIVE_PREFIX = HUEY["name"] + "-live:"
+# Each test's database is new: the seal chain's head a whole check keeps between runs (outside
+# the database) is kept only where a test asks for it.
+TOLLGATE_AUDIT_HEAD_FILE = ""

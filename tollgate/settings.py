@@ -348,6 +348,10 @@ TOLLGATE_AUDIT_KEY_FILE = os.environ.get("TOLLGATE_AUDIT_KEY_FILE",
 # Its public half, which is all the web server and verify_audit read (the sealer writes it
 # beside the key: the key's path with ".pub" unless this names another).
 TOLLGATE_AUDIT_PUBLIC_KEY_FILE = os.environ.get("TOLLGATE_AUDIT_PUBLIC_KEY_FILE", "")
+# Where verify_audit keeps the seal chain's head between whole checks, outside the database
+# (workflows.audit.head; empty: not kept).
+TOLLGATE_AUDIT_HEAD_FILE = os.environ.get("TOLLGATE_AUDIT_HEAD_FILE",
+                                          str(VAR_DIR / "audit-head.json"))
 TOLLGATE_AUDIT_SEAL_SECONDS = float(os.environ.get("TOLLGATE_AUDIT_SEAL_SECONDS", "600"))
 # An RFC 3161 timestamp authority for the seal chain (its URL; off when empty), and the PEM
 # file of the root certificate(s) its answers must chain to (required with the URL).

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -441,3 +442,40 @@ def test_verifying_needs_only_the_public_key_and_makes_none(decided, settings, t
     found = verify().problems
     assert found and "cannot be checked" in found[0][2]
     assert not (tmp_path / "not-here.pem").exists() and not (tmp_path / "nor-here.pem").exists()
+
+
+def test_every_seal_deleted_and_a_run_rewritten_is_found(decided, settings, tmp_path):
+    """TRUNCATE fires no row trigger, and without an authority nothing in the database
+    vouches for the seals: the head verify_audit kept outside the database does, and a run
+    whose chain stands unsealed past two periods is named."""
+    from datetime import timedelta
+
+    from workflows import clock
+    from workflows.models import Run
+
+    settings.TOLLGATE_AUDIT_HEAD_FILE = str(tmp_path / "head.json")
+    seals.seal()
+    call_command("verify_audit", stdout=io.StringIO())  # holds: the head is kept
+    assert json.loads((tmp_path / "head.json").read_text())["seals"] == 1
+    raw("DELETE FROM workflows_auditseal")
+    with pytest.raises(CommandError, match="shorter than when it was last verified"):
+        call_command("verify_audit", stdout=io.StringIO())
+    Run.objects.filter(pk=decided.pk).update(updated_at=clock.now() - timedelta(
+        seconds=2 * settings.TOLLGATE_AUDIT_SEAL_SECONDS + 600))
+    found = verify().problems
+    assert [(run_id, "unsealed" in what) for run_id, _, what in found] == [(decided.pk, True)]
+
+
+def test_a_trigger_dropped_is_said(decided):
+    from importlib import import_module
+
+    from django.db import connection
+
+    migration = import_module("workflows.migrations.0058_decisions_append_only")
+    with connection.cursor() as cursor:
+        for statement in (migration.POSTGRESQL_DROP if connection.vendor == "postgresql"
+                          else migration.SQLITE_DROP):
+            cursor.execute(statement)
+    found = verify().problems
+    assert found and all("workflows_approval" in what and "missing or disabled" in what
+                         for _, _, what in found)

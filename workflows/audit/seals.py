@@ -28,6 +28,7 @@ from . import chain
 # A run that finished this long before the last seal is still looked at: a transaction
 # that wrote it may have committed after that seal read the runs.
 MARGIN = timedelta(minutes=5)
+CATCH_UP = timedelta(days=1)
 
 
 def private_key() -> Ed25519PrivateKey:
@@ -130,10 +131,15 @@ def seal(limit: int = 5000) -> int:
     """Seal every run whose chain moved since its last seal (open runs, and runs finished
     since the last seal); how many were sealed. A sealer racing another loses (the seal
     chain's `prev` is unique) and seals nothing this time."""
-    last = AuditSeal.objects.order_by("-pk").values_list("at", flat=True).first()
+    # Since the last seal of a run's chain (retention's tombstones say nothing of the runs
+    # that stay), and never less than a day back: a run that moved after it finished (a
+    # compensation, a transaction that committed late) is sealed at the next pass.
+    last = (AuditSeal.objects.filter(seq__gt=0).order_by("-pk")
+            .values_list("at", flat=True).first())
     runs = Run.objects.exclude(chain_head="")
     if last is not None:
-        runs = runs.filter(Q(status__in=OPEN_RUN_STATUSES) | Q(finished_at__gte=last - MARGIN))
+        since = min(last - MARGIN, clock.database_now() - CATCH_UP)
+        runs = runs.filter(Q(status__in=OPEN_RUN_STATUSES) | Q(finished_at__gte=since))
     sealed = AuditSeal.objects.filter(run_id=OuterRef("pk")).order_by("-seq").values("hash")
     moved = (runs.annotate(sealed=Subquery(sealed[:1]))
              .filter(Q(sealed__isnull=True) | ~Q(sealed=F("chain_head")))

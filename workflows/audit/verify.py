@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.db.models import F, Q
 
 from ..models import Approval, AuditSeal, AuditTimestamp, Checkpoint, CheckpointKind, Run
 from . import chain, seals, timestamps
@@ -51,6 +52,8 @@ def verify(run_ids=None) -> Verdict:
     verdict.problems = list(chain.problems(counted(), heads))
     verdict.problems += _decision_problems(verdict, runs if run_ids is not None else None)
     verdict.problems += _seal_problems(verdict, run_ids)
+    verdict.problems += _unsealed_problems(runs)
+    verdict.problems += _trigger_problems()
     if run_ids is None:  # the timestamps vouch for the whole seal chain, not for one run
         verdict.problems += _timestamp_problems(verdict)
     return verdict
@@ -155,3 +158,55 @@ def _decision_problems(verdict: Verdict, runs) -> list[tuple[int, int, str]]:
         for run_id, seq in digests.values():
             found.append((run_id, seq, "the decision this checkpoint records is gone"))
     return found
+
+
+def _unsealed_problems(runs) -> list[tuple[int, int, str]]:
+    """Runs that must have a seal over their last checkpoint by now (it moved more than two
+    seal periods ago) and have none: their seals were removed, or no sealer runs."""
+    from datetime import timedelta
+
+    from django.db.models import OuterRef, Subquery
+
+    from .. import clock
+
+    due = clock.database_now() - timedelta(
+        seconds=2 * settings.TOLLGATE_AUDIT_SEAL_SECONDS) - seals.MARGIN
+    sealed = AuditSeal.objects.filter(run_id=OuterRef("pk")).order_by("-seq").values("hash")
+    late = (runs.exclude(chain_head="").filter(updated_at__lt=due)
+            .annotate(sealed=Subquery(sealed[:1]))
+            .filter(Q(sealed__isnull=True) | ~Q(sealed=F("chain_head"))))
+    return [(run_id, seq, f"its chain stands unsealed at seq {seq} since {chain.moment(at)} "
+                          f"(last sealed at seq {last or 'none'}): its seals were removed, "
+                          "or no sealer runs")
+            for run_id, seq, at, last in late.values_list(
+                "pk", "checkpoint_seq", "updated_at",
+                Subquery(AuditSeal.objects.filter(run_id=OuterRef("pk")).order_by(
+                    "-seq").values("seq")[:1])).iterator(chunk_size=CHUNK)]
+
+
+# The database's own refusals (migrations 0044, 0050, 0051, 0058): one missing or disabled
+# is said, though what it would have refused is found by the chain all the same.
+TRIGGERS = {
+    "postgresql": ["workflows_checkpoint_append_only", "workflows_auditseal_append_only",
+                   "workflows_audittimestamp_append_only", "workflows_approval_append_only"],
+    "sqlite": ["workflows_checkpoint_append_only", "workflows_auditseal_append_only",
+               "workflows_audittimestamp_append_only", "workflows_checkpoint_no_delete",
+               "workflows_auditseal_no_delete", "workflows_audittimestamp_no_delete",
+               "workflows_approval_append_only", "workflows_approval_no_delete"],
+}
+
+
+def _trigger_problems() -> list[tuple[int, int, str]]:
+    from django.db import connection
+
+    wanted = TRIGGERS.get(connection.vendor, [])
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal "
+                           "AND tgenabled <> 'D'")
+        else:
+            cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        present = {name for (name,) in cursor.fetchall()}
+    return [(0, 0, f"the database's trigger {name} is missing or disabled: it no longer "
+                   "refuses changes to the audit trail itself") for name in wanted
+            if name not in present]

@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from workflows.audit import head
 from workflows.audit.verify import verify
 from workflows.recovery import presence
 
@@ -23,6 +24,8 @@ class Command(BaseCommand):
     # Not `check`: BaseCommand.check is the system check every command runs first.
     def verify_runs(self, runs):
         verdict = verify(runs)
+        if runs is None:  # a whole check: the seal chain is never shorter than last time
+            verdict.problems += head.problems()
         for run_id, seq, what in verdict.problems:
             self.stderr.write(f"run {run_id} seq {seq}: {what}")
         summary = (f"{verdict.runs} run(s), {verdict.checkpoints} checkpoint(s), "
@@ -34,4 +37,6 @@ class Command(BaseCommand):
             first = verdict.problems[0]
             raise CommandError(f"{len(verdict.problems)} problem(s), the first: run {first[0]} "
                                f"seq {first[1]}: {first[2]}; {summary}.")
+        if runs is None:
+            head.keep()
         self.stdout.write(f"Verified {summary}: every chain, decision, seal and timestamp holds.")
