@@ -126,6 +126,22 @@ def timeline(run: Run, *, first_seq: int = 1, after: int | None = None,
     return list(found[:limit] if limit is not None else found)
 
 
+def chain_warning(run: Run, checkpoints=None, approvals=None) -> str:
+    """What a person is told when the run's latest record does not verify ("" when it
+    does): the checkpoints and decisions a page already holds, else the latest 50 read."""
+    if checkpoints is None:
+        checkpoints = list(reversed(run.checkpoints.order_by("-seq")[:50]))
+    if approvals is None:
+        approvals = list(Approval.objects.filter(step__run=run))
+    rows = [{**{name: getattr(c, name) for name in chain.FIELDS}, "prev_hash": c.prev_hash,
+             "hash": c.hash} for c in checkpoints]
+    decisions = [{name: getattr(a, name) for name in chain.DECISION_FIELDS}
+                 for a in approvals]
+    problem = chain.window_problem(rows, run.chain_head, decisions)
+    return (f"This run's record does not verify: {problem}. It was changed behind "
+            "Tollgate's back; what the page shows may not be what happened." if problem else "")
+
+
 def timeline_for_page(run: Run, *, first_seq: int = 1,
                       before: int | None = None) -> list[Checkpoint]:
     """The timeline with what the run page shows of each checkpoint worked out here, once:

@@ -479,3 +479,21 @@ def test_a_trigger_dropped_is_said(decided):
     found = verify().problems
     assert found and all("workflows_approval" in what and "missing or disabled" in what
                          for _, _, what in found)
+
+
+def test_a_tampered_run_warns_on_its_page_and_in_the_api(decided, people):
+    from tests.api.conftest import Api
+
+    bob = Client()
+    bob.force_login(people["bob"])
+    assert 'id="record-warning"' not in bob.get(f"/runs/{decided.pk}/").content.decode()
+    assert Api(people["bob"]).get(f"/api/runs/{decided.pk}").json()["record_warning"] == ""
+    raw("UPDATE workflows_approval SET comment = 'ship v2 instead'")
+    page = bob.get(f"/runs/{decided.pk}/").content.decode()
+    assert 'id="record-warning"' in page and "differs from what its checkpoint" in page
+    assert "does not verify" in Api(people["bob"]).get(
+        f"/api/runs/{decided.pk}").json()["record_warning"]
+    raw("UPDATE workflows_checkpoint SET summary = 'nothing to see' WHERE run_id = %s "
+        "AND seq = 2", [decided.pk])
+    assert "checkpoint 2 does not match its hash" in bob.get(
+        f"/runs/{decided.pk}/").content.decode()

@@ -95,6 +95,10 @@ class RunOut(Schema):
     finished_at: datetime | None
     reused_existing: bool = False
     steps: list[StepOut] | None = None
+    record_warning: str | None = Field(
+        None, description="on GET of one run: what does not verify in its latest record "
+                          "(checkpoints and decisions changed behind Tollgate's back), or "
+                          "empty; `manage.py verify_audit` checks the whole chain and seals")
 
 
 class RunPage(Schema):

@@ -101,3 +101,29 @@ def seal_payload(run_id: int, seq: int, hash_: str, at, prev: str) -> bytes:
     `at`, after the seal whose digest is `prev`."""
     return json.dumps({"run_id": run_id, "seq": seq, "hash": hash_, "at": moment(at),
                        "prev": prev}, sort_keys=True, separators=(",", ":")).encode()
+
+
+def window_problem(rows, head: str, decisions=()) -> str:
+    """The first fault in the latest checkpoints of a run (dicts with FIELDS, `prev_hash` and
+    `hash`, oldest first, ending with the run's last; `head` the hash the run names last),
+    and in the decisions their checkpoints record (dicts with DECISION_FIELDS): what a page
+    already holds, checked without reading more. "" when they hold. verify_audit checks the
+    whole chain and its seals."""
+    rows = list(rows)
+    for before, row in zip([None, *rows], rows, strict=False):
+        if link(row["prev_hash"], row) != row["hash"]:
+            return f"checkpoint {row['seq']} does not match its hash (changed after it was written)"
+        if before is not None and row["prev_hash"] != before["hash"]:
+            return f"checkpoint {row['seq']} does not follow the one before it"
+    if rows and rows[-1]["hash"] != head:
+        return f"checkpoints after {rows[-1]['seq']} are missing or were changed"
+    vouched = {(row.get("step_id"), (row["evidence"].get("decision") or {}).get("user")):
+               row["evidence"]["decision"].get("digest") for row in rows
+               if isinstance(row.get("evidence"), dict)
+               and isinstance(row["evidence"].get("decision"), dict)}
+    for decision in decisions:
+        key = (decision["step_id"], decision["user_id"])
+        if key in vouched and vouched[key] != decision_digest(decision):
+            return (f"a decision on step {decision['step_id']} differs from what its checkpoint "
+                    "recorded")
+    return ""

@@ -128,6 +128,8 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
         "run": run,
         "steps": _dag_order(steps),
         "checkpoints": checkpoints,
+        # Checked on what the page holds: no query of its own.
+        "chain_warning": selectors.chain_warning(run, checkpoints, approvals),
         # In the order the spec declares them (PostgreSQL's jsonb keeps no key order).
         "params": [(p["name"], run.params[p["name"]])
                    for p in run.spec.definition.get("params", []) if p["name"] in run.params],
