@@ -57,12 +57,23 @@ def ancestors(key: str, by_key: dict[str, Step]) -> list[Step]:
     return sorted((by_key[k] for k in seen), key=lambda step: step.index)
 
 
-def trail_entry(step: Step) -> dict:
-    """One step before the gate, in words, with the values it wrote."""
+def trail_entry(step: Step, state: dict | None = None, by_key: dict | None = None) -> dict:
+    """One step before the gate, in words, with the values it wrote: each as the run's
+    shared state holds it now (what approvers decide on), and when something changed it
+    since, what the step wrote and who changed it."""
     values = []
     for name, value in sorted((step.last_state_patch or {}).items()):
-        text, whole = short(value)
-        values.append({"name": name, "value": text, "whole": whole, "cut": text != whole})
+        now = state.get(name, value) if state is not None else value
+        text, whole = short(now)
+        entry = {"name": name, "value": text, "whole": whole, "cut": text != whole,
+                 "was": "", "changed_by": ""}
+        if now != value:
+            entry["was"] = short(value)[0]
+            entry["changed_by"] = next(
+                (other.title for other in (by_key or {}).values() if other.pk != step.pk
+                 and (other.last_state_patch or {}).get(name, object()) == now),
+                "a report on the run")
+        values.append(entry)
     summary = step.last_summary or ""
     if summary.endswith(" returned") or summary.endswith(" completed"):
         summary = ""  # a machine's "x.y.z returned": the status already says it
@@ -111,7 +122,8 @@ def brief(gates: list[Step]) -> None:
     for gate in gates:
         by_key = steps.get(gate.run_id, {})
         gate.params = params_of(gate.run)
-        gate.trail = [trail_entry(step) for step in ancestors(gate.key, by_key)]
+        state = gate.run.shared_state or {}
+        gate.trail = [trail_entry(step, state, by_key) for step in ancestors(gate.key, by_key)]
         gate.consequences = consequences(gate, by_key)
 
 

@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from workflows import engine
-from workflows.models import Approval, Checkpoint, OutboxMessage
+from workflows.models import Approval, Checkpoint, OutboxMessage, Step
 from workflows.specs.storage import store_spec
 
 pytestmark = pytest.mark.django_db
@@ -180,3 +180,27 @@ def test_bulk_and_chat_refuse_a_decision_on_evidence_changed_since_it_was_shown(
     assert _decide(Chat(), press).startswith("refused")
     assert 'artifact: "a.tgz" → "v2-EVIL.tgz"' in told[-1]
     assert not Approval.objects.exists()
+
+
+def test_the_card_shows_the_value_as_it_is_now_and_who_changed_it(people):
+    """The trail showed what the step before the gate wrote, after another step had changed
+    it: the card, the mail and chat show the value approvers decide on, and who changed it."""
+    from workflows.chat.messages import gate_message
+
+    store_spec({"name": "rebuilt", "steps": [
+        {"key": "build", "title": "Build"},
+        {"key": "qa", "depends_on": ["build"], "approval": {"group": "qa"}},
+        {"key": "notes", "title": "Release notes"}]})
+    run = engine.open_run("rebuilt", actor=people["alice"]).run
+    engine.record_transition(run, "build", actor="agent", step_status="completed",
+                             state_patch={"artifact": "tollgate.tar.gz"})
+    engine.record_transition(run, "notes", actor="agent", step_status="running",
+                             state_patch={"artifact": "tollgate-rebuilt.tar.gz"})
+    bob = Client()
+    bob.force_login(people["bob"])
+    card = html.unescape(bob.get("/").content.decode())
+    assert "tollgate-rebuilt.tar.gz" in card
+    assert "changed by Release notes; Build wrote <bdi>tollgate.tar.gz</bdi>" in card
+    message = gate_message(Step.objects.select_related("run").get(run=run, key="qa"))
+    assert ("artifact = tollgate-rebuilt.tar.gz (changed by Release notes; Build wrote "
+            "tollgate.tar.gz)") in message.trail[0]

@@ -48,7 +48,9 @@ def gate_message(gate: Step):
             outcome = f"Approved by {deciders}"
     trail = []
     for entry in gate.trail:
-        values = "; ".join(f"{v['name']} = {v['value']}" for v in entry["values"])
+        values = "; ".join(f"{v['name']} = {v['value']}" + (
+            f" (changed by {v['changed_by']}; {entry['title']} wrote {v['was']})"
+            if v["was"] else "") for v in entry["values"])
         trail.append(f"{entry['title']}: {entry['status']}" + (f"; {values}" if values else ""))
     return GateMessage(
         step_id=gate.pk, attempt=gate.attempt, title=gate.title,
