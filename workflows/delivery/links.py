@@ -23,8 +23,9 @@ def absolute(path: str) -> str:
 
 
 def decision_token(user, step) -> str:
-    return signing.dumps({"u": user.pk, "s": step.pk, "a": step.attempt}, salt=SALT,
-                         compress=True)
+    # The evidence digest the mail showed: its page says when the gate changed since.
+    return signing.dumps({"u": user.pk, "s": step.pk, "a": step.attempt,
+                          "e": step.evidence_digest[:16]}, salt=SALT, compress=True)
 
 
 def decision_url(user, step) -> str:
@@ -37,6 +38,7 @@ class Link:
     user_id: int
     step_id: int
     attempt: int
+    shown: str = ""  # the start of the evidence digest the mail was written with
 
 
 class BadLink(ValueError):
@@ -47,7 +49,7 @@ def read(token: str) -> Link:
     max_age = settings.TOLLGATE_DECISION_LINK_DAYS * 86400
     try:
         data = signing.loads(token, salt=SALT, max_age=max_age)
-        return Link(int(data["u"]), int(data["s"]), int(data["a"]))
+        return Link(int(data["u"]), int(data["s"]), int(data["a"]), str(data.get("e", "")))
     except signing.SignatureExpired:
         raise BadLink(f"This link expired: decision links work for "
                       f"{settings.TOLLGATE_DECISION_LINK_DAYS} days.") from None

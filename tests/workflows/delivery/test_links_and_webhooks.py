@@ -58,6 +58,28 @@ class TestDecisionLinks:
         assert approve.status_code == 200
         assert Approval.objects.get().comment == "from the link"
 
+    def test_the_link_carries_what_the_mail_showed_and_its_page_says_when_it_changed(
+            self, people):
+        """Nobody had decided, so a change of the evidence started no new attempt: the page
+        the mailed link opens says the gate changed since the mail, and its form carries the
+        evidence shown now."""
+        from workflows.specs.storage import store_spec
+
+        store_spec({"name": "mailed", "steps": [
+            {"key": "qa", "title": "QA sign-off", "approval": {"group": "qa"}},
+            {"key": "notes"}]})
+        run = engine.open_run("mailed", actor=people["alice"],
+                              shared_state={"artifact": "v1"}).run
+        url = links.decision_url(people["bob"], gate_of(run)).removeprefix("http://testserver")
+        client = Client()
+        client.force_login(people["bob"])
+        assert 'id="changed-since-mail"' not in client.get(url).content.decode()
+        engine.record_transition(run, "notes", actor="agent", step_status="running",
+                                 state_patch={"artifact": "v2"})
+        page = client.get(url).content.decode()
+        assert 'id="changed-since-mail"' in page
+        assert f'value="{gate_of(run).evidence_digest}"' in page
+
     def test_the_link_stops_working_once_the_gate_is_decided_or_started_again(self, waiting,
                                                                               people):
         url = links.decision_url(people["bob"], gate_of(waiting)).removeprefix(

@@ -163,7 +163,9 @@ def decide(request, token: str):
     cards.gate_evidence([gate])
     cards.audiences([gate], request.user)  # who else may decide, who was told: as the card
     cards.signing([gate], request.user)
-    return render(request, "workflows/decide.html", {"gate": gate})
+    # The mail showed the evidence as it stood then: say so when it has changed since.
+    changed = bool(link.shown) and not gate.evidence_digest.startswith(link.shown)
+    return render(request, "workflows/decide.html", {"gate": gate, "changed": changed})
 
 
 @require_GET
