@@ -28,7 +28,7 @@ def test_percentile_interpolates_between_ranks():
 
 
 @pytest.fixture
-def known(release_spec, people):
+def known(release_spec, people, monkeypatch):
     """A subtree with hand-countable runs, decisions and a blocked goal."""
     root = Goal.objects.create(title="Root")
     team = Goal.objects.create(title="Team", parent=root)
@@ -40,16 +40,20 @@ def known(release_spec, people):
         return engine.open_run(release_spec, actor=people["alice"], goal=goal).run
 
     # Two completed, one failed under the subtree; one failed elsewhere. The qa decisions
-    # took 10, 20, 30 and 100 seconds (the gate set waiting that long before each).
+    # took 10, 20, 30 and 100 seconds: each made at a moment held still that long after
+    # the gate was set waiting.
     waits = iter([10, 20, 30, 100])
     for _ in range(2):
         r = run(team)
         for key in ("build",):
             work(r, key)
         for name in ("bob", "carol"):
+            at = clock.now()
             Step.objects.filter(run=r, key="qa").update(
-                waiting_since=clock.now() - timedelta(seconds=next(waits)))
-            engine.approve(r, "qa", user=people[name])
+                waiting_since=at - timedelta(seconds=next(waits)))
+            with monkeypatch.context() as held:
+                held.setattr(clock, "now", lambda at=at: at)
+                engine.approve(r, "qa", user=people[name])
         for key in ("deploy", "notify"):
             work(r, key)
     work(run(team), "build", "failed")
@@ -68,9 +72,7 @@ def test_report_numbers_on_known_data(known):
     assert [g.run_id for g in report.gates] == [waiting.pk]
     (qa,) = report.latencies
     # median of 10, 20, 30, 100 = 25; p90 = 30 + 0.7 * (100 - 30) = 79
-    # (each a little longer: the time the fixture itself took to approve)
-    assert (qa.group, qa.decisions) == ("qa", 4)
-    assert (qa.median, qa.p90) == (pytest.approx(25, abs=1), pytest.approx(79, abs=1))
+    assert (qa.group, qa.decisions, qa.median, qa.p90) == ("qa", 4, 25, pytest.approx(79))
     (release,) = report.failures
     assert (release.finished, release.failed) == (3, 1) and release.rate == pytest.approx(1 / 3)
     assert [g.title for g in report.blocked] == ["Stuck"]
