@@ -272,11 +272,7 @@ def run_audit(run: Run) -> dict:
 
 
 def _after(state: dict, checkpoint) -> dict:
-    """The shared state after a checkpoint, from the state before it: its patch merged, or
-    (a report that replaced the state) its patch alone."""
-    if (checkpoint.evidence or {}).get("shared_state_replaced"):
-        return dict(checkpoint.state_patch or {})
-    return {**state, **(checkpoint.state_patch or {})}
+    return chain.state_after(state, checkpoint.state_patch, checkpoint.evidence)
 
 
 def states_after(checkpoints):

@@ -193,9 +193,9 @@ def list_runs(request, status: list[RunStatusName] = Query(
 @router.get("/runs/{run_id}", response={200: RunOut, 400: Error, 401: Error, 404: Error},
          summary="A run with its steps")
 def get_run_detail(request, run_id: Id):
-    found = fresh_run(request, run_id)
-    found["record_warning"] = selectors.chain_warning(get_run(request, run_id))
-    return found
+    run = get_run(request, run_id)
+    return {**run_out(run, steps=list(run.steps.order_by("index"))),
+            "record_warning": selectors.chain_warning(run)}
 
 
 @router.get("/runs/{run_id}/timeline", response={200: list[CheckpointOut], 400: Error,

@@ -44,6 +44,21 @@ DECISION_FIELDS = ("step_id", "attempt", "user_id", "decision", "comment", "valu
                    "evidence_digest")
 
 
+def state_after(state: dict, patch, evidence) -> dict:
+    """The run's shared state after a checkpoint, from the state before it: its patch merged,
+    or (a report that replaced the state) its patch alone."""
+    if isinstance(evidence, dict) and evidence.get("shared_state_replaced"):
+        return dict(patch or {})
+    return {**state, **(patch or {})}
+
+
+def recorded_decision(evidence) -> dict | None:
+    """What a checkpoint records of the decision it was written for ({"user", "digest"}),
+    or None (not a decision's checkpoint, or one written before decisions were chained)."""
+    decision = evidence.get("decision") if isinstance(evidence, dict) else None
+    return decision if isinstance(decision, dict) else None
+
+
 def decision_digest(fields: dict) -> str:
     """SHA-256 of a decision's DECISION_FIELDS (times in UTC, to the microsecond)."""
     return digest({name: moment(fields[name]) if name == "at" else fields[name]
@@ -117,10 +132,8 @@ def window_problem(rows, head: str, decisions=()) -> str:
             return f"checkpoint {row['seq']} does not follow the one before it"
     if rows and rows[-1]["hash"] != head:
         return f"checkpoints after {rows[-1]['seq']} are missing or were changed"
-    vouched = {(row.get("step_id"), (row["evidence"].get("decision") or {}).get("user")):
-               row["evidence"]["decision"].get("digest") for row in rows
-               if isinstance(row.get("evidence"), dict)
-               and isinstance(row["evidence"].get("decision"), dict)}
+    vouched = {(row.get("step_id"), decision.get("user")): decision.get("digest")
+               for row in rows if (decision := recorded_decision(row.get("evidence")))}
     for decision in decisions:
         key = (decision["step_id"], decision["user_id"])
         if key in vouched and vouched[key] != decision_digest(decision):

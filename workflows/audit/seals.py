@@ -127,6 +127,15 @@ def _append(entries: list[tuple[int, int, str]]) -> int:
     return len(rows)
 
 
+def unsealed(runs):
+    """Those of `runs` whose chain moved since their last seal (or that have none)."""
+    sealed = AuditSeal.objects.filter(run_id=OuterRef("pk")).order_by("-seq")
+    return (runs.exclude(chain_head="")
+            .annotate(sealed=Subquery(sealed.values("hash")[:1]),
+                      sealed_seq=Subquery(sealed.values("seq")[:1]))
+            .filter(Q(sealed__isnull=True) | ~Q(sealed=F("chain_head"))))
+
+
 def seal(limit: int = 5000) -> int:
     """Seal every run whose chain moved since its last seal (open runs, and runs finished
     since the last seal); how many were sealed. A sealer racing another loses (the seal
@@ -136,14 +145,12 @@ def seal(limit: int = 5000) -> int:
     # compensation, a transaction that committed late) is sealed at the next pass.
     last = (AuditSeal.objects.filter(seq__gt=0).order_by("-pk")
             .values_list("at", flat=True).first())
-    runs = Run.objects.exclude(chain_head="")
+    runs = Run.objects.all()
     if last is not None:
         since = min(last - MARGIN, clock.database_now() - CATCH_UP)
         runs = runs.filter(Q(status__in=OPEN_RUN_STATUSES) | Q(finished_at__gte=since))
-    sealed = AuditSeal.objects.filter(run_id=OuterRef("pk")).order_by("-seq").values("hash")
-    moved = (runs.annotate(sealed=Subquery(sealed[:1]))
-             .filter(Q(sealed__isnull=True) | ~Q(sealed=F("chain_head")))
-             .order_by("pk").values_list("pk", "checkpoint_seq", "chain_head")[:limit])
+    moved = (unsealed(runs).order_by("pk")
+             .values_list("pk", "checkpoint_seq", "chain_head")[:limit])
     try:
         return _append(list(moved))
     except IntegrityError:

@@ -4,10 +4,11 @@ the seals (manage.py verify_audit), a chunk at a time."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import F, Q
 
+from .. import clock
 from ..models import Approval, AuditSeal, AuditTimestamp, Checkpoint, CheckpointKind, Run
 from . import chain, seals, timestamps
 
@@ -132,8 +133,7 @@ def _decision_problems(verdict: Verdict, runs) -> list[tuple[int, int, str]]:
     chained_runs = set()
     for run_id, seq, step_id, evidence in checkpoints.values_list(
             "run_id", "seq", "step_id", "evidence").iterator(chunk_size=CHUNK):
-        decision = (evidence or {}).get("decision") if isinstance(evidence, dict) else None
-        if isinstance(decision, dict):
+        if decision := chain.recorded_decision(evidence):
             chained_runs.add(run_id)
             vouched.setdefault((step_id, decision.get("user")), {})[
                 decision.get("digest")] = (run_id, seq)
@@ -163,25 +163,14 @@ def _decision_problems(verdict: Verdict, runs) -> list[tuple[int, int, str]]:
 def _unsealed_problems(runs) -> list[tuple[int, int, str]]:
     """Runs that must have a seal over their last checkpoint by now (it moved more than two
     seal periods ago) and have none: their seals were removed, or no sealer runs."""
-    from datetime import timedelta
-
-    from django.db.models import OuterRef, Subquery
-
-    from .. import clock
-
     due = clock.database_now() - timedelta(
         seconds=2 * settings.TOLLGATE_AUDIT_SEAL_SECONDS) - seals.MARGIN
-    sealed = AuditSeal.objects.filter(run_id=OuterRef("pk")).order_by("-seq").values("hash")
-    late = (runs.exclude(chain_head="").filter(updated_at__lt=due)
-            .annotate(sealed=Subquery(sealed[:1]))
-            .filter(Q(sealed__isnull=True) | ~Q(sealed=F("chain_head"))))
+    late = seals.unsealed(runs.filter(updated_at__lt=due))
     return [(run_id, seq, f"its chain stands unsealed at seq {seq} since {chain.moment(at)} "
                           f"(last sealed at seq {last or 'none'}): its seals were removed, "
                           "or no sealer runs")
             for run_id, seq, at, last in late.values_list(
-                "pk", "checkpoint_seq", "updated_at",
-                Subquery(AuditSeal.objects.filter(run_id=OuterRef("pk")).order_by(
-                    "-seq").values("seq")[:1])).iterator(chunk_size=CHUNK)]
+                "pk", "checkpoint_seq", "updated_at", "sealed_seq").iterator(chunk_size=CHUNK)]
 
 
 # The database's own refusals (migrations 0044, 0050, 0051, 0058): one missing or disabled

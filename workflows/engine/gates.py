@@ -41,10 +41,8 @@ from .moves import (
 from .rows import RunState, locked
 
 APPROVAL = sql.Table(Approval)
-APPROVAL_COLUMNS = ("step_id", "attempt", "user_id", "decision", "comment", "values",
-                    "group", "waited_seconds", "at", "channel", "chat_identity", "rule_id",
-                    "on_behalf_of_id", "signature_meaning", "signature_method", "signer_name",
-                    "signature_digest", "evidence_digest")
+# A decision row: what its checkpoint's digest covers, and how long the gate had waited.
+APPROVAL_COLUMNS = (*chain.DECISION_FIELDS, "waited_seconds")
 
 
 @dataclass(frozen=True)
@@ -149,7 +147,7 @@ def _channel(channel: str, chat_identity: str) -> tuple[str, str]:
 
 def _record_decision(step: Step, user, decision: str, comment: str,
                      values: dict | None = None, *, via: tuple[str, str], rule,
-                     for_person, signature: Signature | None = None) -> dict:
+                     for_person, signature: Signature | None = None) -> tuple[dict, dict]:
     """Insert the decision now: the unique (step, attempt, user) is the last word on a
     second decision racing in. Returns what its signature recorded ({} if none), and what
     its checkpoint records of the row (who, and the row's digest: the chain covers it)."""
@@ -162,8 +160,7 @@ def _record_decision(step: Step, user, decision: str, comment: str,
         signed.get("method", ""), signed.get("name", ""), signed.get("digest", ""),
         step.evidence_digest), strict=True))
     with sql.cursor() as cursor:
-        cursor.execute(*APPROVAL.insert(APPROVAL_COLUMNS, [tuple(
-            waited if name == "waited_seconds" else row[name] for name in APPROVAL_COLUMNS)]))
+        cursor.execute(*APPROVAL.insert(APPROVAL_COLUMNS, [(*row.values(), waited)]))
     # The decision's checkpoint carries its row's digest: the chain vouches for the row.
     return signed, {"user": user.pk, "digest": chain.decision_digest(row)}
 
@@ -412,15 +409,13 @@ def _check_can_be_met(run, step, rule, actor, *, group: str, person) -> None:
     if person is not None and permissions.is_person(actor) and person.pk == actor.pk:
         raise InvalidInput(f"{actor.get_username()} cannot reassign {step.key} to "
                            "themselves: an operator hands a gate to someone else.")
-    if person is not None and permissions.is_person(actor):
-        # Nor to someone away whose delegate they are: they would decide it all the same.
-        away = Preference.objects.filter(user=person, delegate=actor).first()
-        if away is not None and (away.delegating_at(clock.now()) or (
-                away.away_from and away.away_until and clock.now() < away.away_until)):
-            raise InvalidInput(
-                f"{actor.get_username()} cannot reassign {step.key} to "
-                f"{person.get_username()}, who is away with {actor.get_username()} as "
-                "their delegate: an operator hands a gate to someone else.")
+    # Nor to someone away whose delegate they are: they would decide it all the same.
+    if person is not None and permissions.is_person(actor) and Preference.objects.filter(
+            user=person, delegate=actor, away_until__gt=clock.now()).exists():
+        raise InvalidInput(
+            f"{actor.get_username()} cannot reassign {step.key} to "
+            f"{person.get_username()}, who is away with {actor.get_username()} as "
+            "their delegate: an operator hands a gate to someone else.")
     needed = rule.required - rule.approvals
     excluded = permissions.decided_people(step)
     if permissions.is_person(actor):

@@ -219,8 +219,7 @@ def evidence_changes(gate: Step, seen: str) -> list[str] | None:
     state, then = {}, None
     for patch, notes in (Checkpoint.objects.filter(run_id=run.pk).order_by("seq")
                          .values_list("state_patch", "evidence")):
-        replaced = isinstance(notes, dict) and notes.get("shared_state_replaced")
-        state = dict(patch or {}) if replaced else {**state, **(patch or {})}
+        state = chain.state_after(state, patch, notes)
         if digest(state) == seen:
             then = state
     if then is None:

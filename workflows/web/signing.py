@@ -82,11 +82,9 @@ def signed_on(request) -> tuple[dict, engine.Signature]:
     if not fresh or fresh.get("user") != request.user.pk:
         raise engine.NotPermitted("The company's provider did not vouch for you: nothing "
                                   "was decided.")
-    waiting = (request.session.get(PENDING) or {}).get(fresh.get("purpose", ""))
-    if waiting is not None:
-        pending = dict(request.session[PENDING])
-        pending.pop(fresh["purpose"])
-        request.session[PENDING] = pending
+    pending = dict(request.session.get(PENDING) or {})
+    waiting = pending.pop(fresh.get("purpose", ""), None)
+    request.session[PENDING] = pending
     if not waiting or time.time() - waiting["at"] > WAIT_SECONDS:
         raise engine.NotPermitted("No decision is waiting for a signature (or it waited "
                                   "too long): decide again.")

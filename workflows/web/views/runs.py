@@ -335,7 +335,7 @@ def step_action(request, pk: int, key: str, action: str):
     return _respond(request, pk, key=key, done=done, checkpoint=checkpoint)
 
 
-@require_http_methods(["GET"])
+@require_GET
 def sign_confirm(request, binding: str):
     """What the person is about to sign by signing in again at the company's provider: the
     decision waiting under `binding`, said in full, and the one button that starts the
