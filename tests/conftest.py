@@ -44,6 +44,19 @@ def _logs_of_this_test():
     LOGS.clear()
 
 
+@pytest.fixture(autouse=True)
+def _no_lease_outlives_its_test():
+    """The process's lease keeper renews what a test's attempts hold, on its own thread: at
+    the test's end its leases are let go and a beat under way is waited for, so that none
+    lands in the next test (which may have no database at all)."""
+    yield
+    from workflows.workers.worker import KEEPER
+
+    from .support.processes import patience
+
+    KEEPER.close(timeout=patience(0))
+
+
 PAGE_DECISION = re.compile(r"/runs/(\d+)/steps/([^/]+)/(?:approve|reject)/(?:passkey/)?")
 API_DECISION = re.compile(r"/api/runs/(\d+)/steps/([^/]+)/(?:approve|reject)")
 

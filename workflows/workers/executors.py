@@ -340,6 +340,9 @@ def outcome_of(work: Path, secrets: list[str], cap: int | None = None) -> Outcom
     }
     if result.get("signal"):
         evidence["signal"] = result["signal"]
+    if not result and reason and not (work / "child.json").exists():
+        # Stopped while its supervisor was still starting: the command never began.
+        return Outcome(False, f"Stopped ({reason}) before the command began", evidence)
     if not result:
         return Outcome(False, "The command's supervisor left no result (it was killed)",
                        evidence)

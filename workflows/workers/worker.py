@@ -124,6 +124,14 @@ class LeaseKeeper:
                                             (kind, pk))
         return stop
 
+    def close(self, timeout: float | None = None) -> None:
+        """Let every lease go and end the thread, once a beat under way has ended."""
+        with self.lock:
+            self.leases.clear()
+            thread, self.thread = self.thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
     def stuck(self, seconds: float) -> bool:
         """Has the current beat hung for a third of a lease? A connection cut off by a
         network partition can hang for minutes after the network heals (TCP's backoff) while
