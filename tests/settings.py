@@ -17,6 +17,9 @@ os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", os.path.join(
 os.environ.setdefault("TOLLGATE_SPOOL_DIR", os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "var",
     f"spool-test-{os.getpid()}"))
+# The suite's consumers run commands as the suite's own account, knowingly (the command-user
+# tests set TOLLGATE_COMMAND_USER themselves).
+os.environ.setdefault("TOLLGATE_COMMANDS_AS_CONSUMER", "1")
 os.environ.setdefault("TOLLGATE_AUDIT_KEY_FILE", os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "var",
     f"audit-key-test-{os.getpid()}.pem"))

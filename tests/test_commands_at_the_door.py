@@ -128,3 +128,21 @@ def test_the_long_running_commands_start_and_stop(shell):
     finally:
         stop(server, sig=15)
     assert "run_huey" in ok(shell("help", "run_huey"))
+
+
+def test_a_consumer_whose_commands_could_read_the_signing_key_does_not_start(shell):
+    code, out = shell("run_huey")  # no TOLLGATE_COMMAND_USER, not DEBUG
+    assert code != 0 and "TOLLGATE_COMMAND_USER" in out and "signing key" in out
+    assert "Traceback" not in out
+    # Taking the risk knowingly, it starts (and stops on SIGINT).
+    consumer = subprocess.Popen([sys.executable, "manage.py", "run_huey", "--workers", "1"],
+                                cwd=ROOT, env={**shell.env, "TOLLGATE_COMMANDS_AS_CONSUMER": "1",
+                                               "LOG_LEVEL": "INFO"},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        said = []
+        wait_for(lambda: said.append(consumer.stdout.readline()) or "started" in said[-1]
+                 or consumer.poll() is not None, what="the consumer to start")
+        assert consumer.poll() is None, "".join(said)
+    finally:
+        stop(consumer, sig=2)

@@ -65,10 +65,11 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "axes",
-    "huey.contrib.djhuey",
     "ninja",
     "goals",
+    # Before Huey's app: its `run_huey` (which refuses an unsafe consumer) is the one run.
     "workflows",
+    "huey.contrib.djhuey",
 ]
 
 MIDDLEWARE = [
@@ -381,6 +382,9 @@ if not isinstance(TOLLGATE_SECRET_GRANTS, dict) or not all(
 # Run commands as this operating-system user (the worker must be root or hold CAP_SETUID), so
 # a command cannot read the worker's memory, environment or files. Empty: the worker's user.
 TOLLGATE_COMMAND_USER = os.environ.get("TOLLGATE_COMMAND_USER", "")
+# Without a command user, `run_huey` refuses to start unless DEBUG or this says the risk is
+# taken: commands then run as the consumer's own account, which reads the audit's signing key.
+TOLLGATE_COMMANDS_AS_CONSUMER = env_bool("TOLLGATE_COMMANDS_AS_CONSUMER", False)
 # One folder per running command's attempt; its result is kept there until it is recorded.
 # Keep it on a disk that survives the consumer (not a tmpfs that a container loses).
 TOLLGATE_SPOOL_DIR = os.environ.get("TOLLGATE_SPOOL_DIR", str(VAR_DIR / "spool"))

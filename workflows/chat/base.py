@@ -55,6 +55,8 @@ class Press:
     # service it came through, the account's Entra object id).
     context: dict = field(default_factory=dict)
     seen: str = ""  # the evidence digest of the message pressed
+    # The platform's reference of the message pressed, where the press names it ("" if not).
+    ref: str = ""
 
 
 @dataclass
@@ -126,6 +128,12 @@ class ChatProvider(Protocol):
     def form_errors(self, errors: dict[str, str], press: Press,
                     message: GateMessage) -> dict:
         """The platform's answer that shows these field errors in the open form."""
+
+
+class AnswerLost(Exception):
+    """A post that went out and whose answer never came (it timed out, or the connection
+    was cut after sending), on a platform that cannot look its messages up: it may well be
+    in the channel, so it is not posted again."""
 
 
 class Refused(Exception):

@@ -27,7 +27,7 @@ from workflows.models import (
     StepStatus,
 )
 
-from . import identities, providers
+from . import identities, messages, providers
 from .base import Press, Refused, Viewer
 from .messages import gate_message
 
@@ -86,6 +86,7 @@ def receive(chat, headers, body: bytes) -> tuple[dict | None, int | None]:
             _done(row, "view refused: not posted there, or not the person's to read")
             return None, None
         _done(row, "viewed")
+        messages.adopt(chat, press)
         return chat.view(press, gate_message(gate), viewer(chat, press, gate)), None
     needs_form = press.decision == "reject" or bool(
         gate is not None and gate.config.get("approval", {}).get("form"))
@@ -108,6 +109,7 @@ def receive(chat, headers, body: bytes) -> tuple[dict | None, int | None]:
             return chat.view(press, gate_message(gate), viewer(chat, press, gate)), None
         _done(row, f"form refused: {errors}"[:2000])
         return chat.form_errors(errors, press, gate_message(gate)), None
+    messages.adopt(chat, press)
     return chat.ack(press), row.pk
 
 

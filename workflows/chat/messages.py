@@ -5,6 +5,8 @@ renders the gate as it is now, so a late or repeated update is still right."""
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -20,7 +22,9 @@ from workflows.models import (
     StepStatus,
 )
 
-from .base import GateMessage
+from .base import AnswerLost, GateMessage
+
+log = logging.getLogger(__name__)
 
 OUTCOMES = {StepStatus.COMPLETED: "Approved", StepStatus.FAILED: "Rejected",
             StepStatus.CANCELLED: "Cancelled with its run", StepStatus.SKIPPED: "Skipped"}
@@ -98,11 +102,29 @@ def _post_once(chat, gate: Step, channel: str, message) -> None:
     if claimed is None:
         return
     row, retried = claimed
+    if row.posted_at:
+        return  # it went out and its answer was lost: a press on it names it (adopt)
     ref = chat.find(channel, gate.pk, gate.attempt) if retried else None
     if ref is None:
-        ref = chat.post(channel, message)
+        try:
+            ref = chat.post(channel, message)
+        except AnswerLost as exc:
+            log.warning("The post of %s to %s %s went out, its answer lost: %s", gate,
+                        chat.name, channel, exc)
+            ChatMessage.objects.filter(pk=row.pk).update(posted_at=timezone.now())
+            return
     ChatMessage.objects.filter(pk=row.pk).update(ref=ref, posted_at=timezone.now(),
                                                  final=not message.open)
+
+
+def adopt(chat, press) -> None:
+    """A press names the message it came from: a message whose post's answer was lost is
+    known by that reference from now on, and updated like any other."""
+    if press.ref:
+        ChatMessage.objects.filter(
+            step_id=press.step_id, attempt=press.attempt, provider=chat.name,
+            channel=press.channel.split(";")[0], ref="", posted_at__isnull=False,
+        ).update(ref=press.ref[:100])
 
 
 def sync_gate(chat, gate: Step) -> None:
@@ -126,6 +148,19 @@ def sync_gate(chat, gate: Step) -> None:
         chat.update(row.channel, row.ref, shown)
         ChatMessage.objects.filter(pk=row.pk).update(updated_at=timezone.now(),
                                                      final=not shown.open)
+    # A message whose post's answer was lost, and that no press named since, cannot be
+    # updated: once its gate has moved on, the outcome is posted beside it, once.
+    for row in ChatMessage.objects.filter(step=gate, final=False, provider=chat.name, ref="",
+                                          posted_at__isnull=False):
+        shown = message if row.attempt == gate.attempt else gate_message_of_attempt(gate, row)
+        if shown.open:
+            continue
+        try:
+            ref = chat.post(row.channel, shown)
+        except AnswerLost:
+            ref = ""
+        ChatMessage.objects.filter(pk=row.pk).update(ref=ref, updated_at=timezone.now(),
+                                                     final=True)
 
 
 def _personal_notes(gate: Step, message) -> dict[int, str]:

@@ -29,11 +29,12 @@ from microsoft_agents.activity import (
     ConversationParameters,
 )
 from pydantic import ValidationError
+from urllib3.exceptions import ProtocolError
 
 from workflows.chat import identities
 from workflows.specs import values
 
-from .base import GateMessage, Press, Refused, Viewer
+from .base import AnswerLost, GateMessage, Press, Refused, Viewer
 
 CARD = "application/vnd.microsoft.card.adaptive"
 INVOKE = "adaptiveCard/action"
@@ -196,7 +197,7 @@ def _keys(openid_url: str) -> jwt.PyJWKClient:
     metadata = requests.get(openid_url, timeout=settings.TOLLGATE_TEAMS_TIMEOUT_SECONDS)
     metadata.raise_for_status()
     return jwt.PyJWKClient(metadata.json()["jwks_uri"], cache_keys=True, lifespan=3600,
-                           timeout=int(settings.TOLLGATE_TEAMS_TIMEOUT_SECONDS))
+                           timeout=settings.TOLLGATE_TEAMS_TIMEOUT_SECONDS)
 
 
 class Teams:
@@ -283,12 +284,16 @@ class Teams:
             is_group=True, bot=ChannelAccount(id=f"28:{self.app_id}"), tenant_id=self.tenant,
             channel_data={"channel": {"id": channel}, "tenant": {"id": self.tenant}},
             activity=_message(message, self._refresh_ids(channel, message)))
-        return self._call("POST", "v3/conversations", _dump(params))["activityId"]
+        try:
+            return self._call("POST", "v3/conversations", _dump(params))["activityId"]
+        except requests.RequestException as exc:
+            if _answer_lost(exc):
+                raise AnswerLost(str(exc)) from exc
+            raise
 
     def find(self, channel: str, step_id: int, attempt: int) -> str | None:
         # The Bot Connector cannot list a channel's messages: a post whose answer was lost
-        # is posted again (README: its first copy still shows each person the gate as it
-        # is, through its refresh).
+        # raises AnswerLost and is not posted again; a press on the card names it.
         return None
 
     def update(self, channel: str, ref: str, message: GateMessage) -> None:
@@ -385,9 +390,12 @@ class Teams:
             person = activity.from_property
             if not person.aad_object_id:
                 return None  # not an account of the company's directory
+            # A channel message's thread is "<channel>;messageid=<the card's id>".
+            ref = activity.conversation.id.partition(";messageid=")[2]
             who = {"team": _tenant(activity), "chat_user": person.aad_object_id,
                    "chat_name": person.name or "", "channel": activity.conversation.id,
-                   "context": {"user": person.id, "conversation": activity.conversation.id}}
+                   "context": {"user": person.id, "conversation": activity.conversation.id},
+                   "ref": ref}
             step_id, attempt = int(data["s"]), int(data["a"])
         except (ValidationError, AttributeError, KeyError, TypeError, ValueError):
             return None
@@ -400,6 +408,17 @@ class Teams:
         return Press("form", VERBS[action.verb], step_id, attempt,
                      comment=str(data.get("comment") or ""), values=fields, **who,
                      seen=str(data.get("e") or ""))
+
+
+def _answer_lost(exc: requests.RequestException) -> bool:
+    """Did the request go out with its answer lost (read timed out, connection cut after
+    sending)? A connection refused or never made sent nothing, and is simply tried again."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return False
+    if isinstance(exc, requests.ReadTimeout):
+        return True
+    reason = exc.args[0] if exc.args else None
+    return isinstance(exc, requests.ConnectionError) and isinstance(reason, ProtocolError)
 
 
 def _activity(body: bytes) -> Activity:

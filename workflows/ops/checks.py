@@ -101,8 +101,24 @@ def audit_key(app_configs, **kwargs):
             f"and any spec author's command can read what it can, the audit's signing key "
             f"{path} included, and sign a rewritten record.",
             hint="Run commands as a user of their own (TOLLGATE_COMMAND_USER); keep the key "
-                 "readable by the consumer's user alone.", id="tollgate.W011"))
+                 "readable by the consumer's user alone. Without it run_huey refuses to start "
+                 "unless DEBUG or TOLLGATE_COMMANDS_AS_CONSUMER is set.", id="tollgate.W011"))
     return found
+
+
+def key_exposed_to_commands() -> str:
+    """Why a consumer must not start ("" if it may): without TOLLGATE_COMMAND_USER its command
+    steps run as its own account, which reads the audit's signing key (the consumers seal).
+    DEBUG (`make run`) or TOLLGATE_COMMANDS_AS_CONSUMER takes that risk knowingly."""
+    if settings.TOLLGATE_COMMAND_USER or settings.DEBUG or \
+            settings.TOLLGATE_COMMANDS_AS_CONSUMER:
+        return ""
+    return (f"run_huey does not start: TOLLGATE_COMMAND_USER is not set, so command steps "
+            f"would run as this consumer's own account, which reads the audit's signing key "
+            f"({settings.TOLLGATE_AUDIT_KEY_FILE}), and any spec author's command could sign "
+            f"a rewritten record. Set TOLLGATE_COMMAND_USER to an account of its own (the "
+            f"consumer runs as root or with CAP_SETUID), or TOLLGATE_COMMANDS_AS_CONSUMER=1 "
+            f"to take that risk.")
 
 
 @register(Tags.security)

@@ -50,6 +50,10 @@ class FakeTeams:
         self.personal: dict[str, list[str]] = {}  # member id -> texts sent to them
         self.threads: dict[str, list[str]] = {}  # thread conversation -> replies
         self.tokens_issued = 0
+        # The Bot Connector takes each post and update but its answer is lost: "hang" (it
+        # never comes, until `answers_back` is set) or "cut" (the connection closes).
+        self.lose_answers: str | None = None
+        self.answers_back = threading.Event()
         self._ids = 0
         self._lock = threading.Lock()
         self.server = None
@@ -123,6 +127,11 @@ class FakeTeams:
                 body = json.loads(raw) if raw else {}
                 status, answer = fake.answer(method, path[len("/connector/"):],
                                              urlsplit(self.path).query, body)
+                if fake.lose_answers and method in ("POST", "PUT"):
+                    if fake.lose_answers == "cut":
+                        self.close_connection = True
+                        return None
+                    fake.answers_back.wait()
                 self._send(status, answer)
 
             def do_GET(self):
@@ -141,6 +150,7 @@ class FakeTeams:
 
     def stop(self) -> None:
         """Teams away: nothing answers on its port."""
+        self.answers_back.set()
         self.server.shutdown()
         self.server.server_close()
 

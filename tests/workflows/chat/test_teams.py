@@ -13,7 +13,16 @@ import pytest
 
 from tests.workflows.helpers import work
 from workflows import clock, deadlines, engine
-from workflows.models import Approval, ChatIdentity, ChatInteraction, SsoIdentity, Step
+from workflows.chat import messages
+from workflows.chat import teams as teams_chat
+from workflows.models import (
+    Approval,
+    ChatIdentity,
+    ChatInteraction,
+    ChatMessage,
+    SsoIdentity,
+    Step,
+)
 from workflows.specs.storage import store_spec
 from workflows.sso.accounts import sign_in_user
 
@@ -237,3 +246,43 @@ def test_a_person_a_gate_is_reassigned_to_is_told_directly(teams, driver, people
     [note] = driver.told("dave")
     assert note.startswith("QA sign-off waits on you.") and f"/runs/{run.pk}/" in note
     assert "tollgate.approve" in json.dumps(driver.view(gate, "dave")["value"])
+
+
+@pytest.mark.parametrize("how", ["hang", "cut"])
+def test_a_card_whose_answer_was_lost_is_posted_once_and_its_outcome_said_after(
+        teams, driver, people, settings, how):
+    """The Bot Connector takes the post but its answer never comes: Teams cannot look the
+    card up, so it is not posted again; when every answer is lost, the decision's outcome is
+    posted beside it, once."""
+    settings.TOLLGATE_TEAMS_TIMEOUT_SECONDS = 0.5
+    teams.lose_answers = how
+    run, gate = waiting(people)
+    assert len(teams.cards(QA)) == 1  # it went out
+    row = ChatMessage.objects.get(step=gate, provider="teams")
+    assert row.ref == "" and row.posted_at is not None
+    messages.sync(teams_chat.provider(), run.pk, ["qa"])  # the outbox tries again
+    assert len(teams.cards(QA)) == 1
+
+    engine.approve(run, "qa", user=people["bob"])
+    cards = teams.cards(QA)
+    assert len(cards) == 2 and "bob approved" in json.dumps(cards[1])
+    assert "refresh" not in cards[1]
+    assert ChatMessage.objects.get(step=gate, provider="teams").final
+    messages.sync(teams_chat.provider(), run.pk, [""])  # the run ended: said once only
+    assert len(teams.cards(QA)) == 2
+
+
+def test_a_press_on_a_card_whose_answer_was_lost_names_it_and_decisions_update_it(
+        teams, driver, people, settings):
+    settings.TOLLGATE_TEAMS_TIMEOUT_SECONDS = 0.5
+    teams.lose_answers = "cut"
+    run, gate = waiting(people)
+    teams.lose_answers = None
+    [posted] = teams.channels[QA]
+    driver.link(people["bob"])
+    assert "QA sign-off" in json.dumps(driver.view(gate, "bob"))  # its refresh names it
+    assert ChatMessage.objects.get(step=gate, provider="teams").ref == posted["id"]
+    driver.press(gate, "approve", "bob")
+    assert driver.handled() == ["approved by bob"]
+    [card] = teams.cards(QA)  # that card updated, nothing posted beside it
+    assert "bob approved" in json.dumps(card)
