@@ -2,9 +2,11 @@ import json
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.models import User
 from django.db.models import Q
 
-from workflows.specs.storage import require_author, store_spec
+from workflows.specs.storage import archive_versions, require_author, store_spec
 from workflows.specs.validation import SpecError, masked, spec_problems, validate_spec
 
 from . import engine
@@ -18,7 +20,6 @@ from .models import (
     Run,
     Schedule,
     SpecOwner,
-    SpecStatus,
     SsoIdentity,
     Step,
     Webhook,
@@ -79,8 +80,10 @@ class SpecForm(forms.ModelForm):
 
 @admin.action(description="Archive selected specs", permissions=["change"])
 def archive_specs(modeladmin, request, queryset):
-    count = queryset.update(status=SpecStatus.ARCHIVED)
+    count, refused = archive_versions(queryset, actor=request.user)
     modeladmin.message_user(request, f"{count} spec(s) archived.")
+    for why in dict.fromkeys(refused):
+        modeladmin.message_user(request, why, level=messages.ERROR)
 
 
 @admin.register(WorkflowSpec)
@@ -513,3 +516,22 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+class PersonAdmin(UserAdmin):
+    """People as Django's admin keeps them; one who ever acted in a run is never deleted."""
+
+    def get_deleted_objects(self, objs, request):
+        # Said at once, without collecting every checkpoint they wrote.
+        acted = [person for person in objs if Checkpoint.objects.filter(actor=person).exists()
+                 or Approval.objects.filter(user=person).exists()]
+        if acted:
+            return [], {}, set(), [
+                f"{person}: acted in runs, and stays in their record. Deactivate them "
+                "instead (untick “Active” on their page): they can no longer sign in, decide "
+                "or use a token." for person in acted]
+        return super().get_deleted_objects(objs, request)
+
+
+admin.site.unregister(User)
+admin.site.register(User, PersonAdmin)

@@ -43,9 +43,19 @@ def test_archive_and_reactivate_need_the_change_permission(api, people, release_
     assert refused.status_code == 403
     from django.contrib.auth.models import Permission
 
-    people["alice"].user_permissions.add(Permission.objects.get(codename="change_workflowspec"))
+    from workflows.models import SpecOwner
+
+    change = Permission.objects.get(codename="change_workflowspec")
+    people["alice"].user_permissions.add(change)
+    # Which version runs is the name's owner's to say: the system loaded it, so the admins'.
+    refused = api["alice"].post("/api/specs/release/activate", {"version": 1})
+    assert refused.status_code == 403 and "belongs to the admins" in refused.json()["error"]
+    SpecOwner.objects.create(name="release", user=people["alice"])  # an admin gives it her
     back = api["alice"].post("/api/specs/release/activate", {"version": 1})
     assert back.status_code == 200 and back.json()["active_version"] == 1
+    people["bob"].user_permissions.add(change)  # may change specs, but not alice's
+    refused = api["bob"].post("/api/specs/release/archive", {"version": 1})
+    assert refused.status_code == 403 and "belongs to alice" in refused.json()["error"]
     gone = api["alice"].post("/api/specs/release/archive", {"version": 1}).json()
     assert gone["active_version"] is None
     assert api["alice"].post("/api/specs/release/archive", {"version": 9}).status_code == 404

@@ -154,3 +154,20 @@ def test_only_a_fresh_sign_in_adds_a_passkey(people, settings):
         {"rp": {"id": "testserver"}, "challenge": "eA"})}, follow=True)
     assert "sign in again" in refused.content.decode()
     assert not Passkey.objects.exists()
+
+
+def test_only_a_fresh_sign_in_removes_a_passkey(people, settings):
+    """Nor can it take the person's own key away (to sign without it, or lock them out)."""
+    from workflows.sessions import SIGNED_IN_AT
+
+    bob = signed_in(people["bob"])
+    add_passkey(bob)
+    passkey = Passkey.objects.get()
+    session = bob.session
+    session[SIGNED_IN_AT] -= settings.TOLLGATE_PASSKEY_ENROL_SECONDS + 1
+    session.save()
+    refused = bob.post(f"/profile/passkeys/{passkey.pk}/remove/", follow=True)
+    assert "Removing a passkey needs a sign-in" in refused.content.decode()
+    assert Passkey.objects.filter(pk=passkey.pk).exists()
+    assert signed_in(people["carol"]).post(
+        f"/profile/passkeys/{passkey.pk}/remove/").status_code == 404

@@ -206,3 +206,37 @@ def test_the_spec_form_shows_every_problem_and_says_which_version_it_saved(clien
     body = response.content.decode()
     assert "Saved &#x27;checks&#x27; as version 2, now the active one" in body
     assert "was changed successfully" not in body
+
+
+def test_archiving_in_the_admin_respects_the_names_owner():
+    from workflows.models import SpecOwner, WorkflowSpec
+
+    perms = ("view_workflowspec", "change_workflowspec")
+    ann, sam = (make_user(name, is_staff=True, perms=perms) for name in ("ann", "sam"))
+    theirs = store_spec({"name": "payroll", "steps": [{"key": "a"}]})[0]
+    SpecOwner.objects.create(name="payroll", user=ann)
+    answer = signed_in(sam).post("/admin/workflows/workflowspec/", {
+        "action": "archive_specs", "_selected_action": [theirs.pk]}, follow=True)
+    assert "belongs to ann" in answer.content.decode()
+    assert WorkflowSpec.objects.get(pk=theirs.pk).status == "active"
+    signed_in(ann).post("/admin/workflows/workflowspec/", {
+        "action": "archive_specs", "_selected_action": [theirs.pk]})
+    assert WorkflowSpec.objects.get(pk=theirs.pk).status == "archived"
+
+
+def test_a_person_who_acted_is_deactivated_not_deleted(release_spec, people):
+    from django.contrib.auth.models import User
+
+    root = make_user("root", is_staff=True, is_superuser=True)
+    engine.open_run(release_spec, actor=people["alice"])
+    admin = signed_in(root)
+    for answer in (
+            admin.post(f"/admin/auth/user/{people['alice'].pk}/delete/", {"post": "yes"}),
+            admin.post("/admin/auth/user/", {"action": "delete_selected", "post": "yes",
+                                             "_selected_action": [people["alice"].pk]})):
+        assert answer.status_code == 200
+        assert "Deactivate them instead" in answer.content.decode()
+    assert User.objects.filter(pk=people["alice"].pk).exists()
+    # Someone who never acted goes as before.
+    admin.post(f"/admin/auth/user/{people['erin'].pk}/delete/", {"post": "yes"})
+    assert not User.objects.filter(pk=people["erin"].pk).exists()

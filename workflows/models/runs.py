@@ -620,8 +620,9 @@ class Checkpoint(models.Model):
     run_status = models.CharField(max_length=20, choices=RunStatus)
     step_status = models.CharField(max_length=20, choices=StepStatus, blank=True)
     # Indexed only where a person acted (see Meta): workers' checkpoints skip the index.
+    # Protected: a person who ever acted stays in the record (deactivate them instead).
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
         db_index=False,
     )
     actor_name = models.CharField(max_length=200)

@@ -30,3 +30,9 @@ def secrets_named(step: dict) -> list[tuple[str, str]]:
             if isinstance(value, dict):
                 found.append((f"step {step['key']!r} {block} env {name}", value["secret"]))
     return found
+
+
+def grants_reaching(spec: str) -> list[str]:
+    """The TOLLGATE_SECRET_GRANTS patterns a spec of this name would be granted by."""
+    return [specs for specs, secrets in settings.TOLLGATE_SECRET_GRANTS.items()
+            if secrets and fnmatchcase(spec, specs)]

@@ -8,6 +8,7 @@ from workflows import permissions
 from workflows.errors import NotFound, NotPermitted
 from workflows.models import SpecOwner, SpecStatus, WorkflowSpec
 
+from . import grants
 from .validation import SpecError, digest, validate_spec
 
 
@@ -45,6 +46,12 @@ def require_owner(actor, name: str) -> None:
             raise NotPermitted(f"Spec {name!r} belongs to the admins (loaded by a command or "
                                "before names had owners): an admin can make it yours (admin, "
                                "Spec owners).")
+        # A fresh name that a secret's grant covers ("release-*") would hand its secrets to
+        # whoever named it first: an admin gives it an owner.
+        if reaching := grants.grants_reaching(name):
+            raise NotPermitted(f"Spec name {name!r} is granted secrets (TOLLGATE_SECRET_GRANTS "
+                               f"{reaching[0]!r}): only an admin can give it an owner (admin, "
+                               "Spec owners), nobody claims it by loading it first.")
         # Two first loads at once: the unique name lets one claim it; the other is judged
         # against whoever did.
         owner, claimed = SpecOwner.objects.select_related("user", "group").get_or_create(
@@ -141,9 +148,23 @@ def set_spec_status(name: str, version: int, status: str, *, actor=None):
         spec = WorkflowSpec.objects.select_for_update().filter(name=name, version=version).first()
         if spec is None:
             raise NotFound(f"No spec {name} v{version}.")
+        require_owner(actor, name)  # which version runs is the name's owner's to say
         if status == SpecStatus.ACTIVE:
             WorkflowSpec.objects.filter(name=name, status=SpecStatus.ACTIVE).exclude(
                 pk=spec.pk).update(status=SpecStatus.ARCHIVED)
         spec.status = status
         spec.save(update_fields=["status"])
         return spec
+
+
+def archive_versions(specs, *, actor=None) -> tuple[int, list[str]]:
+    """Archive each of these versions that the actor may (set_spec_status); returns (how
+    many were archived, why each other one was not)."""
+    archived, refused = 0, []
+    for spec in specs:
+        try:
+            set_spec_status(spec.name, spec.version, SpecStatus.ARCHIVED, actor=actor)
+            archived += 1
+        except (NotPermitted, NotFound) as exc:
+            refused.append(str(exc))
+    return archived, refused

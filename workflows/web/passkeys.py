@@ -34,7 +34,7 @@ from webauthn.helpers.structs import (
 
 from workflows import clock
 from workflows.audit import chain
-from workflows.errors import InvalidInput, NotPermitted
+from workflows.errors import InvalidInput, NotFound, NotPermitted
 from workflows.models import Passkey, Step
 from workflows.sessions import SIGNED_IN_AT
 from workflows.web.forms import posted_values
@@ -80,16 +80,26 @@ def _credential(data: str) -> dict:
 # Registration -------------------------------------------------------------------------
 
 
-def _freshly_signed_in(request) -> None:
-    """Adding a passkey needs a sign-in made moments ago (with the password or at the
-    company's provider): a session cookie stolen or left open longer cannot enrol a key of
-    its own and then sign as the person with it."""
+def _freshly_signed_in(request, doing: str = "add") -> None:
+    """Adding or removing a passkey needs a sign-in made moments ago (with the password or
+    at the company's provider): a session cookie stolen or left open longer cannot enrol a
+    key of its own and then sign as the person with it, nor take away the person's own."""
     signed_in = request.session.get(SIGNED_IN_AT, 0)
     if time.time() - signed_in > settings.TOLLGATE_PASSKEY_ENROL_SECONDS:
         raise NotPermitted(
-            f"Adding a passkey needs a sign-in in the last "
-            f"{settings.TOLLGATE_PASSKEY_ENROL_SECONDS // 60} minutes: sign out, sign in "
-            "again, and add it then.")
+            f"{'Adding' if doing == 'add' else 'Removing'} a passkey needs a sign-in in the "
+            f"last {settings.TOLLGATE_PASSKEY_ENROL_SECONDS // 60} minutes: sign out, sign in "
+            f"again, and {doing} it then.")
+
+
+def remove(request, pk: int) -> Passkey:
+    """Remove one of this person's passkeys (NotFound if it is not theirs)."""
+    _freshly_signed_in(request, "remove")
+    passkey = Passkey.objects.filter(pk=pk, user=request.user).first()
+    if passkey is None:
+        raise NotFound("No such passkey of yours.")
+    passkey.delete()
+    return passkey
 
 
 def registration_options(request) -> str:

@@ -1,6 +1,6 @@
 r"""Keeping secrets out of what is stored: every secret value this worker knows, whatever its
-variable is called, in the forms a command could print it (plain, reversed, base64 and
-base64url, base32, URL, hex plain or spaced, JSON-escaped, every character \u-escaped) and
+variable is called, in the forms a command could print it (plain, reversed, rot13, base64
+and base64url, base32, URL, hex plain or spaced, JSON-escaped, every character \u-escaped) and
 any long enough piece of it, also when it is cut across lines or spaced out; and any base64
 blob that decodes (or gunzips, or inflates) to text holding one.
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import gzip
 import io
 import json
@@ -119,7 +120,8 @@ def forms(secret: str) -> set[str]:
     """The ways a command could print `secret` whole (white space aside: spans() also
     looks in the text with its white space taken out)."""
     raw = secret.encode()
-    found = {secret, secret[::-1], raw.hex(), raw.hex().upper(),
+    rot13 = codecs.encode(secret, "rot13")
+    found = {secret, secret[::-1], rot13, rot13[::-1], raw.hex(), raw.hex().upper(),
              quote(secret, safe=""), quote_plus(secret), json.dumps(secret)[1:-1],
              "".join(f"\\u{ord(c):04x}" for c in secret),
              "".join(f"\\u{ord(c):04X}" for c in secret)}

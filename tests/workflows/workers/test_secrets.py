@@ -106,6 +106,7 @@ def test_a_file_secret_is_redacted_by_value_in_every_form(settings, tmp_path, gr
     'printf "ab%s" "$DB_URL" | base32 -w0',  # base32 of a longer text, shifted
     'printf %s "$DB_URL" | od -An -tx1',  # hex, spaced and on several lines
     'printf %s "$DB_URL" | fold -w 3',  # cut into lines shorter than any piece
+    'printf %s "$DB_URL" | tr A-Za-z N-ZA-Mn-za-m',  # rot13
     'python3 -c \'import os; print("".join("\\\\u%04x" % ord(c) '
     'for c in os.environ["DB_URL"]))\'',  # every character \u-escaped
 ])
@@ -167,8 +168,15 @@ def test_a_granted_name_is_written_only_by_whom_it_belongs_to(db, settings):
     perms = ("add_workflowspec", "author_command_spec", "add_run", "operate_run")
     alice, mallory = make_user("alice", perms=perms), make_user("mallory", perms=perms)
     step = {"key": "d", "run": {"command": ["true"], "env": {"T": {"secret": "deploy"}}}}
+    # A fresh name the grant covers is nobody's to claim by loading it first.
+    harmless = {"key": "d", "run": {"command": ["true"]}}
+    for author in (mallory, alice):
+        with pytest.raises(NotPermitted, match="only an admin can give it an owner"):
+            store_spec({"name": "release-web", "steps": [harmless]}, actor=author)
+    assert not SpecOwner.objects.filter(name="release-web").exists()
+    store_spec({"name": "notes", "steps": [harmless]}, actor=mallory)  # no grant: hers
+    SpecOwner.objects.create(name="release-web", user=alice)  # an admin gives it to alice
     store_spec({"name": "release-web", "steps": [step]}, actor=alice)
-    assert SpecOwner.objects.get(name="release-web").user == alice
     leak = {"key": "leak", "run": {"command": ["env"], "env": {"T": {"secret": "deploy"}}}}
     with pytest.raises(NotPermitted, match="belongs to alice"):
         store_spec({"name": "release-web", "steps": [leak]}, actor=mallory)

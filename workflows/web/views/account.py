@@ -6,14 +6,14 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.http import HttpResponse, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from workflows import clock, engine, timezones
-from workflows.models import ApiToken, Passkey, Preference
+from workflows.models import ApiToken, Preference
 from workflows.permissions import acting_for
 from workflows.web import passkeys
 from workflows.web.forms import AwayForm
@@ -124,7 +124,12 @@ def passkey_add(request):
 
 @require_POST
 def passkey_remove(request, pk: int):
-    passkey = get_object_or_404(Passkey, pk=pk, user=request.user)
-    passkey.delete()
-    messages.success(request, f"Passkey “{passkey.name}” removed.")
+    try:
+        passkey = passkeys.remove(request, pk)
+    except engine.NotFound:
+        raise Http404("No such passkey of yours.") from None
+    except engine.WorkflowError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Passkey “{passkey.name}” removed.")
     return redirect("profile")
