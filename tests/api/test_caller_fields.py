@@ -52,7 +52,9 @@ def test_a_transition_sets_next_action_label_and_blocker(api, task):
     assert run["blocker_reason"] == "" and run["status"] != "blocked"
     assert run["next_action"] != "ask ops for a token"  # cleared: the engine's words again
     timeline = api["alice"].get(f"/api/runs/{task['id']}/timeline").json()
-    assert [c["label"] for c in timeline if c["label"]] == ["blocked on creds"]
+    reports = [c for c in timeline if c["kind"] == "transition"]
+    assert sorted(c["label"] for c in reports) == ["blocked on creds", "completed"]
+    assert {c["evidence"].get("next_action") for c in reports} == {"ask ops for a token", ""}
 
 
 def test_a_blocker_reason_needs_a_blocked_step(api, task):

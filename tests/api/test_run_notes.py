@@ -40,7 +40,8 @@ def test_a_transition_without_a_step_notes_the_run_and_moves_nothing(api, run):
     checkpoint = answer.json()["checkpoint"]
     assert (checkpoint["kind"], checkpoint["step"], checkpoint["label"]) == (
         "run_note", None, "chose-plan")
-    assert checkpoint["evidence"] == {"candidates": 3}
+    # The checkpoint keeps the next action said with it.
+    assert checkpoint["evidence"] == {"candidates": 3, "next_action": "write the plan"}
     assert checkpoint["step_status"] == "" and checkpoint["run_status"] == run.status
     fresh = answer.json()["run"]
     assert fresh["status"] == run.status and fresh["last_label"] == "chose-plan"
@@ -94,7 +95,11 @@ def test_the_state_as_it_stood_after_each_checkpoint(api, run, people):
     # The audit export carries every checkpoint field and the state after each.
     audit = alice.get(f"/api/runs/{run.pk}/audit").json()
     assert [row["state"] for row in audit["timeline"]] == states
-    assert audit["timeline"][2]["label"] == "" and audit["timeline"][2]["summary"] == "reset"
+    # Unlabelled, a note is labelled with the run's status, a report with the step's.
+    assert audit["timeline"][2]["label"] == audit["timeline"][2]["run_status"]
+    assert audit["timeline"][2]["summary"] == "reset"
+    assert audit["timeline"][3]["label"] == "completed"
+    assert audit["timeline"][3]["evidence"]["attempt"] == 1
     rows = list(csv.DictReader(io.StringIO(b"".join(
         alice.client.get(f"/api/runs/{run.pk}/audit.csv").streaming_content).decode())))
     timeline = [row for row in rows if row["record"] == "timeline"]
@@ -115,7 +120,8 @@ def test_a_step_and_a_run_say_their_latest_report_label_and_duration(api, run):
     assert plan["duration_seconds"] >= 0
     review = next(s for s in fresh["steps"] if s["key"] == "review")
     assert review["duration_seconds"] is not None  # waiting since it opened
-    assert fresh["last_label"] == "started" and fresh["duration_seconds"] >= 0
+    # The latest report had no label of its own: it says the step's status.
+    assert fresh["last_label"] == "completed" and fresh["duration_seconds"] >= 0
 
 
 def test_the_command_notes_a_run_or_reports_a_step(run, people):

@@ -506,9 +506,13 @@ def record_transition(run, key: str, *, actor=None, step_status: str | None = No
             step.last_state_patch = patch
         if shared_state_mode == "replace":
             evidence = {**(evidence or {}), "shared_state_replaced": True}
+        # The checkpoint keeps the attempt it reports on and the next action said with it;
+        # unlabelled, it is labelled with the step's status (the seed's default).
+        evidence = {**(evidence or {}), "attempt": step.attempt,
+                    **({"next_action": next_action} if next_action is not None else {})}
         return commit(state, CheckpointKind.TRANSITION, actor=actor, step=step,
                       summary=summary or f"{step.title}: {step.status}",
-                      evidence=evidence, state_patch=patch, label=label)
+                      evidence=evidence, state_patch=patch, label=label or step.status)
 
 
 def record_note(run, *, actor=None, summary: str = "", evidence=None, state_patch=None,
@@ -542,9 +546,11 @@ def record_note(run, *, actor=None, summary: str = "", evidence=None, state_patc
             run.caller_next_action = next_action
         if shared_state_mode == "replace":
             evidence = {**(evidence or {}), "shared_state_replaced": True}
+        if next_action is not None:
+            evidence = {**(evidence or {}), "next_action": next_action}
         return commit(state, CheckpointKind.RUN_NOTE, actor=actor,
                       summary=summary or label or "Note on the run", evidence=evidence,
-                      state_patch=patch, label=label)
+                      state_patch=patch, label=label or run.status)
 
 
 def renew_leases(leases: dict[int, str], seconds: float) -> set[int]:
