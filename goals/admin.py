@@ -95,14 +95,15 @@ class GoalAdmin(admin.ModelAdmin):
     list_select_related = ["parent", "owner"]
     search_fields = ["title", "objective", "next_action"]
     autocomplete_fields = ["parent", "owner"]
-    readonly_fields = ["opened_at", "updated_at", "closed_at"]
+    readonly_fields = ["opened_by", "opened_at", "updated_at", "closed_at"]
     inlines = [ChildGoalInline]
     actions = [mark_completed, mark_abandoned, complete_and_cancel_runs, reopen]
     fieldsets = [
         (None, {"fields": ["title", "objective", "parent", "owner", "priority"]}),
         ("Progress", {"fields": ["status", "open_runs", "blocker_reason", "next_action",
                                  "success_signal"]}),
-        ("State", {"fields": ["shared_state", "opened_at", "updated_at", "closed_at"],
+        ("State", {"fields": ["shared_state", "opened_by", "opened_at", "updated_at",
+                             "closed_at"],
                    "classes": ["collapse"]}),
     ]
 

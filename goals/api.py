@@ -43,6 +43,7 @@ class GoalOut(Schema):
     status: str
     priority: str
     owner: str | None
+    opened_by: str | None
     next_action: str
     success_signal: str
     blocker_reason: str
@@ -91,6 +92,7 @@ def goal_out(goal: Goal, rollup) -> dict:
         "id", "title", "objective", "status", "priority", "next_action", "success_signal",
         "blocker_reason", "shared_state", "opened_at", "updated_at", "closed_at")},
         "parent": goal.parent_id, "owner": goal.owner.get_username() if goal.owner else None,
+        "opened_by": goal.opened_by.get_username() if goal.opened_by else None,
         "rollup": rollup.as_dict()}
 
 
@@ -134,7 +136,7 @@ def list_goals(request, status: list[GoalStatusName] = Query(
                    "title", description="by title, or latest activity (the goal's or any "
                                         "of its runs') first"),
                limit: int = Query(100, ge=1, le=500), offset: int = Query(0, ge=0, le=MAX_ID)):
-    goals = Goal.objects.select_related("owner").order_by("title", "pk")
+    goals = Goal.objects.select_related("owner", "opened_by").order_by("title", "pk")
     if sort == "activity":
         goals = _by_activity(goals)
     if status:
@@ -163,7 +165,7 @@ def create_goal(request, payload: GoalIn):
 @router.get("/goals/{goal_id}", response={200: GoalOut, 400: Error, 401: Error, 404: Error},
          summary="A goal with its subtree rollup")
 def get_goal(request, goal_id: Id):
-    goal = Goal.objects.select_related("owner").filter(pk=goal_id).first()
+    goal = Goal.objects.select_related("owner", "opened_by").filter(pk=goal_id).first()
     if goal is None:
         raise Http404(f"Goal {goal_id} does not exist.")
     return goal_out(goal, rollups([goal.pk])[goal.pk])
@@ -183,5 +185,5 @@ def patch_goal(request, goal_id: Id, payload: GoalPatch):
     if "parent" in changes:
         changes["parent"] = _parent(changes["parent"])
     goal = goal_update(goal, actor=request.user, **changes)
-    goal = Goal.objects.select_related("owner").get(pk=goal.pk)
+    goal = Goal.objects.select_related("owner", "opened_by").get(pk=goal.pk)
     return goal_out(goal, rollups([goal.pk])[goal.pk])

@@ -44,6 +44,9 @@ class Goal(models.Model):
         on_delete=models.SET_NULL,
         related_name="owned_goals",
     )
+    # Who opened it (None: the system, or opened before goals recorded it).
+    opened_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                  on_delete=models.SET_NULL, related_name="+", editable=False)
     next_action = models.CharField(max_length=500, blank=True)
     success_signal = models.CharField(max_length=500, blank=True)
     blocker_reason = models.CharField(max_length=500, blank=True)

@@ -42,6 +42,8 @@ def require_goal_permission(actor, action: str) -> None:
 def goal_save(goal: Goal, *, actor=None) -> Goal:
     """Validate (cycles, blocker) and save; raises ValidationError and changes nothing."""
     require_goal_permission(actor, "add" if goal._state.adding else "change")
+    if goal._state.adding and actor is not None:
+        goal.opened_by = actor
     with transaction.atomic():
         # Goal saves take turns (PostgreSQL): the cycle check and the closure's update see
         # one shape of the tree, whatever other goals move at the same time.

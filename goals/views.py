@@ -53,7 +53,7 @@ def goal_tree(request):
 @require_GET
 def goal_children(request, pk: int):
     """The goal's row, opened, followed by its children's rows (it replaces the closed row)."""
-    goal = get_object_or_404(Goal.objects.select_related("owner"), pk=pk)
+    goal = get_object_or_404(Goal.objects.select_related("owner", "opened_by"), pk=pk)
     children = list(goal.children.select_related("owner").order_by("title", "pk"))
     _with_family_rollups(goal, children)
     depth = int_param(request.GET, "depth", 1, maximum=100) or 1

@@ -94,6 +94,14 @@ class TestGoals:
         goal = response.json()
         assert goal["owner"] == "alice" and goal["rollup"]["runs_open"] == 0
         child = api["alice"].post("/api/goals", {"title": "Child", "parent": goal["id"]}).json()
+        # Who opened it is recorded, read back and shown on its page.
+        assert child["opened_by"] == "alice" and child["owner"] is None
+        assert api["bob"].get(f"/api/goals/{child['id']}").json()["opened_by"] == "alice"
+        from django.test import Client
+
+        page = Client()
+        page.force_login(api["bob"].user)
+        assert "by alice" in page.get(f"/goals/{child['id']}/").content.decode()
         assert api["bob"].get(f"/api/goals/{goal['id']}").json()["rollup"]["child_goals"] == 1
         roots = api["bob"].get("/api/goals", parent=0).json()
         assert [g["title"] for g in roots] == ["Ship"]
