@@ -444,6 +444,8 @@ def _validate_step(index: int, step) -> dict:
     if not KEY_PATTERN.match(key):
         _fail(f"step {key[:100]!r}", "key must be 1 to 100 letters, digits, '-', '_' or '.'")
     where = f"step {key!r}"
+    if "account" in step:
+        step = _account_into_run(where, step)
     _text(where, step, "title")
     _text(where, step, "description")
     _unknown(where, step, STEP_FIELDS)
@@ -494,6 +496,20 @@ def _validate_step(index: int, step) -> dict:
                          "on the work steps of the branch; the gate after them still waits)")
         normal["when"] = _validate_when(f"{where} when", step["when"])
     return normal
+
+
+def _account_into_run(where: str, step: dict) -> dict:
+    """`account` where the seed puts it, on the step: Tollgate keeps it on the action that
+    runs under it, so it is moved there, or refused saying where it goes."""
+    run = step.get("run")
+    if not isinstance(run, dict) or not {"command", "shell", "agent"} & set(run):
+        _fail(where, "account goes with a command, shell or agent the step runs (in its run: "
+                     '{"run": {"command": [...], "account": {"profile": "work"}}}); this step '
+                     "runs none")
+    if "account" in run or (isinstance(run.get("agent"), dict) and "account" in run["agent"]):
+        _fail(where, "account is given twice, on the step and in its run: keep one")
+    return {**{k: v for k, v in step.items() if k != "account"},
+            "run": {**run, "account": step["account"]}}
 
 
 def check_grants(spec: str, steps: list[dict]) -> None:
@@ -548,7 +564,7 @@ def _step_problems(index: int, step, valid: list) -> list[str]:
     """A step's problems: an unknown field first, then the first problem of the rest."""
     problems = []
     if isinstance(step, dict):
-        unknown = sorted(set(step) - STEP_FIELDS)
+        unknown = sorted(set(step) - STEP_FIELDS - {"account"})
         if unknown and isinstance(step.get("key"), str):
             problems.append(f"step {step['key']!r}: unknown field {unknown[0]!r} (allowed: "
                             f"{', '.join(sorted(STEP_FIELDS))})")

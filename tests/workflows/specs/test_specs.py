@@ -128,3 +128,21 @@ def test_yaml_and_json_files(tmp_path):
     assert parse_spec_file(tmp_path / "b.yaml")["steps"][0]["key"] == "x"
     with pytest.raises(SpecError, match="invalid JSON at line 1"):
         parse_spec_file(tmp_path / "bad.json")
+
+
+def test_an_account_on_the_step_goes_with_what_it_runs_or_is_refused_saying_where():
+    account = {"profile": "work"}
+    [command, agent] = validate_spec({"name": "acc", "steps": [
+        {"key": "c", "account": account, "run": {"command": ["true"]}},
+        {"key": "a", "account": account, "run": {"agent": {"provider": "claude",
+                                                           "prompt": "go"}}}]})["steps"]
+    assert "account" not in command and command["run"]["account"]["profile"] == "work"
+    assert agent["run"]["account"]["profile"] == "work"
+    for step, says in (
+            ({"key": "g", "account": account, "approval": {"group": "qa"}},
+             "account goes with a command, shell or agent"),
+            ({"key": "w", "account": account}, "account goes with a command"),
+            ({"key": "c", "account": account,
+              "run": {"command": ["true"], "account": account}}, "given twice")):
+        with pytest.raises(SpecError, match=says):
+            validate_spec({"name": "acc", "steps": [step]})
