@@ -252,7 +252,7 @@ def _open(schedule: Schedule, slot: datetime, *, retry: int = 0, state=None):
         schedule.spec_name, actor=f"schedule {schedule.name}", goal=goal, idempotency_key=key,
         shared_state={**schedule.shared_state, "scheduled_for": slot.isoformat(),
                       **(state or {})},
-        title=title, params=schedule.params or None, reuse=schedule.reuse)
+        title=title, params=schedule.params or None, reuse=schedule.reuse, schedule=schedule)
 
 
 def _start(schedule: Schedule, slot: datetime) -> int | None:

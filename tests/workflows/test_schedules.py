@@ -53,6 +53,10 @@ def test_due_schedule_starts_one_run_and_advances(release_spec):
     run = Run.objects.get()
     assert run.idempotency_key == f"schedule:{item.pk}:{T0.isoformat()}"
     assert run.shared_state["scheduled_for"] == T0.isoformat()
+    # The opening checkpoint names the schedule and how many steps the run has.
+    opened = run.checkpoints.get(kind="run_opened").evidence
+    assert opened["schedule"] == {"id": item.pk, "name": item.name}
+    assert opened["steps"] == run.steps_total == len(release_spec.definition["steps"])
     item.refresh_from_db()
     assert item.next_run_at == datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
     assert schedules.tick(T0 + timedelta(seconds=6)).started == []

@@ -65,6 +65,7 @@ def open_run(
     ref: str = "",
     parent_step: Step | None = None,
     owner=None,
+    schedule=None,
 ) -> Opened:
     """Open a run of a spec (its active version when given by name).
 
@@ -81,6 +82,7 @@ def open_run(
     it a child run that step waits for (engine.children). `owner` (a user or a username)
     opens it for someone else, who is then its requester (four-eyes keeps them from
     deciding it): a person needs the permission to open runs on someone else's behalf.
+    `schedule` is the schedule that opens it, named in the opening checkpoint.
     """
     if reuse not in REUSE_POLICIES:
         raise InvalidInput(f"reuse must be one of {', '.join(REUSE_POLICIES)}, got {reuse!r}.")
@@ -156,7 +158,10 @@ def open_run(
             insert_steps(_new_steps(run, spec.definition["steps"]))
             state = load(run.pk)
             # The title the run was opened with is in the chain (exports show it).
-            opened = {"title": run.title, **({"params": values} if values else {}),
+            opened = {"title": run.title, "steps": run.steps_total,
+                      **({"schedule": {"id": schedule.pk, "name": schedule.name}}
+                         if schedule else {}),
+                      **({"params": values} if values else {}),
                       **({"opened_for": owner.get_username()} if owner else {}),
                       **({"parent": {"run": parent_step.run_id, "step": parent_step.key}}
                          if parent_step else {})}

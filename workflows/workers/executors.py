@@ -136,7 +136,8 @@ def command_env(context: dict, state_file: Path, patch_file: Path,
 
 
 # Where a run came from, as a command reads it: TOLLGATE_SPEC, TOLLGATE_SCHEDULE_ID, ...
-ORIGIN_ENV = {"spec": "SPEC", "schedule": "SCHEDULE_ID", "slot": "SLOT",
+ORIGIN_ENV = {"spec": "SPEC", "schedule": "SCHEDULE_ID", "schedule_name": "SCHEDULE",
+              "slot": "SLOT",
               "parent_run": "PARENT_RUN_ID", "parent_step": "PARENT_STEP_KEY"}
 
 

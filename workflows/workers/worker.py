@@ -26,7 +26,7 @@ from tollgate import dbfaults, logs, tracing
 from workflows import engine, processes, schedules
 from workflows.delivery import dispatch
 from workflows.engine import compensations
-from workflows.models import Compensation, Step
+from workflows.models import Compensation, Schedule, Step
 from workflows.workers import groups, spool
 from workflows.workers.executors import (
     MissingSecret,
@@ -433,6 +433,9 @@ def origin(run) -> dict:
     found = {"spec": run.spec_name}
     if slot := schedules.slot_of(run.idempotency_key):
         found.update(schedule=slot[0], slot=slot[1])
+        name = Schedule.objects.filter(pk=slot[0]).values_list("name", flat=True).first()
+        if name:
+            found["schedule_name"] = name
     if run.parent_step_id:
         parent = Step.objects.filter(pk=run.parent_step_id).values_list("run_id", "key").first()
         if parent:

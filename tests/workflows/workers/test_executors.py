@@ -199,12 +199,13 @@ def test_a_command_knows_its_spec_schedule_slot_and_parent_run(release_spec, peo
     parent = engine.open_run(parent_spec(), actor=people["alice"], params={"version": "1"}).run
     work_all()
     child = Run.objects.get(parent_step__run=parent)
-    script = ('echo "$TOLLGATE_SPEC|$TOLLGATE_SCHEDULE_ID|$TOLLGATE_SLOT|'
+    script = ('echo "$TOLLGATE_SPEC|$TOLLGATE_SCHEDULE_ID|$TOLLGATE_SCHEDULE|$TOLLGATE_SLOT|'
               '$TOLLGATE_PARENT_RUN_ID|$TOLLGATE_PARENT_STEP_KEY"; cat "$TOLLGATE_STATE_FILE"')
     for run_, line, tollgate in [
-        (scheduled, f"release|{item.pk}|{slot.isoformat()}||",
-         {"spec": "release", "schedule": str(item.pk), "slot": slot.isoformat()}),
-        (child, f"child|||{parent.pk}|sub",
+        (scheduled, f"release|{item.pk}|nightly|{slot.isoformat()}||",
+         {"spec": "release", "schedule": str(item.pk), "schedule_name": "nightly",
+          "slot": slot.isoformat()}),
+        (child, f"child||||{parent.pk}|sub",
          {"spec": "child", "parent_run": parent.pk, "parent_step": "sub"}),
     ]:
         outcome = run_process({"shell": script}, context={**CONTEXT, **origin(run_)},
