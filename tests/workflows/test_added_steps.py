@@ -138,3 +138,37 @@ def test_the_run_page_orders_a_long_grown_chain_by_dependency(
         body = client.get(f"/runs/{run.pk}/").content.decode()
     positions = [body.index(f"<code>s{b}-{i}</code>") for b in range(5) for i in range(40)]
     assert positions == sorted(positions)
+
+
+def test_an_added_wait_step_may_start_with_a_status_and_a_place(plain, rita):
+    """The seed's `status` and `step_index`: an agent adds what it has already done."""
+    run = engine.open_run(plain, actor=rita).run
+    response = add(rita, run, {"key": "notes", "title": "Notes taken", "status": "completed",
+                               "step_index": 7},
+                   {"key": "triage", "status": "running"})
+    assert response.status_code == 201, response.json()
+    steps = {s["key"]: s for s in response.json()["steps"]}
+    assert steps["notes"]["status"] == "completed" and steps["triage"]["status"] == "running"
+    assert Step.objects.get(run=run, key="notes").index == 7
+    reports = run.checkpoints.filter(kind="transition").order_by("seq")
+    assert [(c.step.key, c.step_status, c.evidence["attempt"]) for c in reports] == [
+        ("notes", "completed", 1), ("triage", "running", 1)]
+
+
+@pytest.mark.parametrize("step, says", [
+    ({"key": "ok", "approval": {"group": "qa"}, "status": "completed"}, "approvers decide it"),
+    ({"key": "w", "run": NOOP, "status": "completed"}, "only its worker reports it"),
+    ({"key": "w", "depends_on": ["draft"], "status": "completed"}, "waiting on dependencies"),
+    ({"key": "w", "status": "skipped"}, "status must be one of"),
+    ({"key": "w", "depends_on": ["first"], "step_index": 1}, "does not come after step 'first'"),
+    ({"key": "w", "step_index": -1}, "step_index must be a whole number"),
+])
+def test_a_status_or_place_that_would_pass_a_rule_is_refused_and_nothing_added(plain, step,
+                                                                            says):
+    olga = make_user("olga", "qa", perms=("operate_run", "add_run"))
+    run = engine.open_run(plain, actor=olga).run
+    before = run.checkpoints.count()
+    response = add(olga, run, {"key": "first"}, step)
+    assert response.status_code in (400, 409) and says in response.json()["error"]
+    assert list(Step.objects.filter(run=run).values_list("key", flat=True)) == ["draft"]
+    assert run.checkpoints.count() == before

@@ -286,7 +286,8 @@ def run_audit(request, run_id: Id):
 
 class AddStepsIn(Input):
     steps: list[dict[str, Any] | str] = Field(min_length=1, max_length=200,
-                                        description="steps as in a spec")
+                                        description="steps as in a spec; each may also "
+                                                    "carry status and step_index")
 
 
 @router.post("/runs/{run_id}/steps", response={201: RunOut, 400: Error, 401: Error, 403: Error,

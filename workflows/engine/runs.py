@@ -41,6 +41,7 @@ from .moves import (
 )
 from .rows import actor_of, insert_steps, load, locked
 from .rules import SETTLED_STATUSES
+from .steps import AGENT_STATUSES, record_transition
 
 
 @dataclass(frozen=True)
@@ -317,6 +318,9 @@ def cancel_run(run, *, actor=None, reason: str = "") -> Checkpoint | None:
                       summary=reason or "Run cancelled", evidence=evidence)
 
 
+ADDED_STATUSES = (StepStatus.PENDING, *AGENT_STATUSES)
+
+
 def add_steps(run, items, *, actor=None) -> list[Checkpoint]:
     """Add steps to an open run while it runs (one checkpoint each): validated like a spec's
     steps, keys unique in the run, dependencies only on steps that exist (or come earlier in
@@ -324,9 +328,50 @@ def add_steps(run, items, *, actor=None) -> list[Checkpoint]:
 
     Added steps are authorised like a spec that contains them: steps or compensations that
     run programs need author_command_spec; only an operator adds a gate, and an added gate
-    never allows self-approval. A run holds at most TOLLGATE_MAX_STEPS_PER_RUN steps."""
+    never allows self-approval. A run holds at most TOLLGATE_MAX_STEPS_PER_RUN steps.
+
+    A step may carry the seed's `step_index` (its place in the run's order, after every step
+    it depends on) and `status`: a wait step whose dependencies are done may start running,
+    completed, failed or blocked, reported as `/transition` reports it, in the same
+    transaction; a status that would pass a gate, or a worker's step, or a step still
+    waiting on others, is refused and nothing is added."""
     if not isinstance(items, list) or not items:
         raise InvalidInput("steps must be a non-empty list of steps.")
+    items, places, starts = _seed_fields(items)
+    with transaction.atomic():
+        checkpoints = _add_steps(run, items, places, actor=actor)
+        for key, status in starts:
+            checkpoints.append(record_transition(
+                run, key, actor=actor, step_status=status,
+                summary=f"{key} added as {status}"))
+    return checkpoints
+
+
+def _seed_fields(items) -> tuple[list, dict[str, int], list[tuple[str, str]]]:
+    """(the steps without them, {key: step_index}, [(key, initial status)])."""
+    steps, places, starts = [], {}, []
+    for position, item in enumerate(items):
+        if not isinstance(item, dict) or not ({"status", "step_index"} & set(item)):
+            steps.append(item)
+            continue
+        where = f"step {item.get('key', position + 1)!r}"
+        status = item.get("status", StepStatus.PENDING)
+        if status not in ADDED_STATUSES:
+            raise InvalidInput(f"{where}: status must be one of "
+                               f"{', '.join(map(str, ADDED_STATUSES))}, got {status!r}.")
+        if "step_index" in item:
+            place = item["step_index"]
+            if isinstance(place, bool) or not isinstance(place, int) or not 0 <= place <= 10**6:
+                raise InvalidInput(f"{where}: step_index must be a whole number from 0 (the "
+                                   f"first step's) to 1000000, got {place!r}.")
+            places[item.get("key")] = place
+        if status != StepStatus.PENDING:
+            starts.append((item.get("key"), status))
+        steps.append({k: v for k, v in item.items() if k not in ("status", "step_index")})
+    return steps, places, starts
+
+
+def _add_steps(run, items, places: dict[str, int], *, actor=None) -> list[Checkpoint]:
     cap = settings.TOLLGATE_MAX_STEPS_PER_RUN
     if len(items) > cap:
         raise InvalidInput(f"steps: {len(items)} steps given; a run holds at most {cap}.")
@@ -365,8 +410,15 @@ def add_steps(run, items, *, actor=None) -> list[Checkpoint]:
                  .values_list("index", flat=True).first() or 0) + 1
         name = actor_of(actor)[1]
         checkpoints = []
+        indexes = dict(Step.objects.filter(run=run).values_list("key", "index"))
         for offset, step in enumerate(_new_steps(run, normal)):
-            step.index = index + offset
+            step.index = places.get(step.key, index + offset)
+            before = [dep for dep in step.depends_on if indexes[dep] >= step.index]
+            if before:
+                raise InvalidInput(f"step {step.key!r}: step_index {step.index} does not come "
+                                   f"after step {before[0]!r} it depends on (index "
+                                   f"{indexes[before[0]]}).")
+            indexes[step.key] = step.index
             step.added_by = name[:200]
             step.waiting_on = sum(1 for dep in step.depends_on
                                   if existing.get(dep) not in SETTLED_STATUSES)
