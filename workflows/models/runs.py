@@ -419,6 +419,12 @@ class Step(HeldByProcess):
         return f"{self.run_id}:{self.key}"
 
     @property
+    def account(self) -> dict | None:
+        """The account its command or agent runs under ({"profile", "tool"?}), if named."""
+        run = self.config.get("run") or {}
+        return run.get("account") or (run.get("agent") or {}).get("account")
+
+    @property
     def duration(self):
         if self.started_at and self.finished_at:
             return self.finished_at - self.started_at

@@ -146,3 +146,18 @@ def test_an_account_on_the_step_goes_with_what_it_runs_or_is_refused_saying_wher
               "run": {"command": ["true"], "account": account}}, "given twice")):
         with pytest.raises(SpecError, match=says):
             validate_spec({"name": "acc", "steps": [step]})
+
+
+def test_a_pending_step_shows_the_account_it_will_run_under(client, people):
+    from workflows import engine
+
+    store_spec({"name": "acct", "steps": [
+        {"key": "build", "run": {"command": ["true"]}},
+        {"key": "ship", "depends_on": ["build"], "account": {"profile": "deploy"},
+         "run": {"agent": {"provider": "claude", "prompt": "ship it"}}},
+        {"key": "tag", "depends_on": ["build"],
+         "run": {"command": ["true"], "account": {"profile": "ci", "tool": "acct"}}}]})
+    run = engine.open_run("acct", actor=people["alice"]).run
+    client.force_login(people["alice"])
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert "runs under account deploy" in page and "runs under account ci (acct)" in page
