@@ -5,15 +5,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Max
 from django.db.models.functions import Coalesce, Greatest
 from django.http import Http404
 from ninja import Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
+from pydantic import ConfigDict
 
 from tollgate.query import MAX_ID
-from tollgate.schemas import Error, Id, Input
+from tollgate.schemas import Error, Id, Input, WholeId
 
 from .models import CLOSED_GOAL_STATUSES, Goal, GoalStatus, Priority
 from .rollup import rollups
@@ -58,13 +60,22 @@ GoalStatusName = Literal[tuple(GoalStatus.values)]
 PriorityName = Literal[tuple(Priority.values)]
 
 
+# A goal set blocked says why (a reason that is not only spaces).
+BLOCKED_SAYS_WHY = ConfigDict(json_schema_extra={
+    "if": {"required": ["status"], "properties": {"status": {"const": "blocked"}}},
+    "then": {"required": ["blocker_reason"],
+             "properties": {"blocker_reason": {"type": "string", "pattern": r"\S"}}}})
+
+
 class GoalIn(Input):
+    model_config = BLOCKED_SAYS_WHY
+
     title: str = Field(min_length=1, max_length=200)
     objective: str = Field("", max_length=5000)
-    parent: int | None = Field(None, ge=1, le=MAX_ID)
+    parent: WholeId | None = None
     status: GoalStatusName = "active"
     priority: PriorityName = "normal"
-    owner: str | None = Field(None, max_length=150, description="username")
+    owner: str | None = Field(None, min_length=1, max_length=150, description="username")
     next_action: str = Field("", max_length=500)
     success_signal: str = Field("", max_length=500)
     blocker_reason: str = Field("", max_length=500)
@@ -75,12 +86,14 @@ class GoalPatch(Input):
     """Only the fields sent change; `parent` and `owner` may be null (a root goal, no owner),
     the others may not."""
 
+    model_config = BLOCKED_SAYS_WHY
+
     title: str = Field(None, min_length=1, max_length=200)
     objective: str = Field(None, max_length=5000)
-    parent: int | None = Field(None, ge=1, le=MAX_ID)
+    parent: WholeId | None = None
     status: GoalStatusName = None
     priority: PriorityName = None
-    owner: str | None = Field(None, max_length=150)
+    owner: str | None = Field(None, min_length=1, max_length=150)
     next_action: str = Field(None, max_length=500)
     success_signal: str = Field(None, max_length=500)
     blocker_reason: str = Field(None, max_length=500)
@@ -184,6 +197,15 @@ def patch_goal(request, goal_id: Id, payload: GoalPatch):
         changes["owner"] = _owner(changes["owner"])
     if "parent" in changes:
         changes["parent"] = _parent(changes["parent"])
-    goal = goal_update(goal, actor=request.user, **changes)
+    try:
+        goal = goal_update(goal, actor=request.user, **changes)
+    except ValidationError as exc:
+        # What the goal is now makes the change wrong (a parent beneath it; the reason of a
+        # goal that stays blocked taken away): a conflict with its state, not bad input.
+        codes = {e.code for errors in exc.error_dict.values() for e in errors} \
+            if hasattr(exc, "error_dict") else set()
+        if "cycle" in codes or ("needs_reason" in codes and "status" not in changes):
+            raise HttpError(409, "; ".join(exc.messages)) from None
+        raise
     goal = Goal.objects.select_related("owner", "opened_by").get(pk=goal.pk)
     return goal_out(goal, rollups([goal.pk])[goal.pk])

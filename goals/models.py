@@ -117,13 +117,13 @@ class Goal(models.Model):
     def clean(self) -> None:
         self.sync_status_fields()
         if self.status == GoalStatus.BLOCKED and not self.blocker_reason.strip():
-            raise ValidationError({"blocker_reason": "A blocked goal needs a blocker reason."})
+            raise ValidationError({"blocker_reason": ValidationError(
+                "A blocked goal needs a blocker reason.", code="needs_reason")})
         if (self.parent_id is not None and self.pk is not None
                 and self.pk in tree.ancestor_ids(self.parent_id)):
-            raise ValidationError(
-                {"parent": f"Goal {self.pk} ({self.title}) cannot be its own ancestor: "
-                 f"goal {self.parent_id} is beneath it."}
-            )
+            raise ValidationError({"parent": ValidationError(
+                f"Goal {self.pk} ({self.title}) cannot be its own ancestor: goal "
+                f"{self.parent_id} is beneath it.", code="cycle")})
 
 
 class GoalLink(models.Model):

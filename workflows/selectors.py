@@ -284,11 +284,13 @@ def states_after(checkpoints):
 
 
 def state_at(run: Run, seq: int) -> dict:
-    """The run's shared state as it stood after its checkpoint `seq` (InvalidInput when the
-    run has no such checkpoint)."""
-    if not 1 <= seq <= run.checkpoint_seq:
-        raise InvalidInput(f"Run {run.pk} has checkpoints 1 to {run.checkpoint_seq}; "
-                           f"there is no {seq}.")
+    """The run's shared state as it stood after its checkpoint `seq` (NotFound when the run
+    has no such checkpoint yet)."""
+    if seq < 1:
+        raise InvalidInput(f"at: checkpoints are numbered from 1, got {seq}.")
+    if seq > run.checkpoint_seq:
+        raise NotFound(f"Run {run.pk} has checkpoints 1 to {run.checkpoint_seq}; "
+                       f"there is no {seq}.")
     state: dict = {}
     for checkpoint in (Checkpoint.objects.filter(run=run, seq__lte=seq)
                        .only("seq", "state_patch", "evidence").order_by("seq")):

@@ -111,11 +111,11 @@ class TestGoals:
         closed = api["alice"].patch(f"/api/goals/{child['id']}", {"status": "completed"})
         assert closed.json()["closed_at"] is not None and closed.json()["blocker_reason"] == ""
 
-    def test_cycle_is_400(self, api):
+    def test_a_cycle_conflicts_with_the_tree_409(self, api):
         root = Goal.objects.create(title="Root")
         child = Goal.objects.create(title="Child", parent=root)
         response = api["alice"].patch(f"/api/goals/{root.pk}", {"parent": child.pk})
-        assert response.status_code == 400 and "own ancestor" in response.json()["error"]
+        assert response.status_code == 409 and "own ancestor" in response.json()["error"]
 
     def test_blocked_without_reason_is_400(self, api):
         response = api["alice"].post("/api/goals", {"title": "X", "status": "blocked"})

@@ -89,7 +89,7 @@ def test_the_state_as_it_stood_after_each_checkpoint(api, run, people):
                                               "review": {"ok": True}}
     assert alice.get(f"/api/runs/{run.pk}/state").json() == run.shared_state
     beyond = alice.get(f"/api/runs/{run.pk}/state", at=run.checkpoint_seq + 1)
-    assert beyond.status_code == 400 and f"1 to {run.checkpoint_seq}" in beyond.json()["error"]
+    assert beyond.status_code == 404 and f"1 to {run.checkpoint_seq}" in beyond.json()["error"]
     assert alice.get(f"/api/runs/{run.pk}/state", at=0).status_code == 400
 
     # The audit export carries every checkpoint field and the state after each.

@@ -8,13 +8,13 @@ from typing import Any, Literal
 from django.db import transaction
 from ninja import Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
-from pydantic import model_validator
+from pydantic import ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
 from goals.models import Priority
 from tollgate.exports import csv_download
 from tollgate.query import MAX_ID
-from tollgate.schemas import Day, Error, Id, Input
+from tollgate.schemas import DAY, Day, Error, Id, Input, WholeId
 from workflows import engine, selectors
 from workflows.api.schemas import (
     CheckpointOut,
@@ -37,7 +37,7 @@ router = Router(tags=["workflows"])
 
 class RunIn(Input):
     spec: str = Field(min_length=1, max_length=100)
-    goal: int | None = Field(None, ge=1, le=MAX_ID)
+    goal: WholeId | None = None
     idempotency_key: str = Field("", max_length=200)
     shared_state: dict[str, Any] | None = None
     params: dict[str, Any] | None = Field(None, description="the spec's typed run parameters")
@@ -53,7 +53,7 @@ class RunIn(Input):
     kind: str = Field("", max_length=50, description="what sort of run this is")
     ref: str = Field("", max_length=200, description="an outside reference (a ticket, a "
                                                      "session id) to find the run by")
-    owner: str | None = Field(None, max_length=150, description=(
+    owner: str | None = Field(None, min_length=1, max_length=150, description=(
         "open it for this person (a username), who is then its requester: four-eyes keeps "
         "them from deciding it. Needs the permission to open runs on someone else's behalf"))
     steps: list[dict[str, Any] | str] | None = Field(
@@ -97,6 +97,29 @@ FOREIGN_TRANSITION_FIELDS = {
 
 
 class TransitionIn(Input):
+    # Replacing the shared state needs the new state; a step's status, and a blocker reason
+    # (with a step reported blocked), name the step.
+    model_config = ConfigDict(json_schema_extra={"allOf": [
+        {"if": {"required": ["shared_state_mode"],
+                "properties": {"shared_state_mode": {"const": "replace"}}},
+         "then": {"required": ["state_patch"],
+                  "properties": {"state_patch": {"type": "object"}}}},
+        {"if": {"required": ["blocker_reason"],
+                "properties": {"blocker_reason": {"minLength": 1}}},
+         "then": {"required": ["step", "step_status"],
+                  "properties": {"step_status": {"const": "blocked"}}}},
+        {"if": {"required": ["step_status"], "properties": {"step_status": {"type": "string"}}},
+         "then": {"required": ["step"], "properties": {"step": {"type": "string"}}}},
+        # About a step, or a note on the run that says something.
+        {"anyOf": [{"required": ["step"], "properties": {"step": {"type": "string"}}},
+                   {"required": ["next_action"],
+                    "properties": {"next_action": {"type": "string"}}},
+                   *({"required": [name], "properties": {name: {"minLength": 1}}}
+                     for name in ("summary", "label")),
+                   *({"required": [name],
+                      "properties": {name: {"type": "object", "minProperties": 1}}}
+                     for name in ("evidence", "state_patch"))]}]})
+
     step: str | None = Field(None, min_length=1, max_length=100,
                              description="the step reported on; without it, a note on the "
                                          "run (a checkpoint that moves no status)")
@@ -172,17 +195,15 @@ def list_runs(request, status: list[RunStatusName] = Query(
               q: str = Query("", max_length=200,
                              description="title, idempotency key, spec name or requester"),
               requester: str = Query("", max_length=150),
-              opened_from: str | None = Day(), opened_to: str | None = Day(),
-              finished_from: str | None = Day(), finished_to: str | None = Day(),
+              opened_from: Day | None = Query(None, description=DAY),
+              opened_to: Day | None = Query(None, description=DAY),
+              finished_from: Day | None = Query(None, description=DAY),
+              finished_to: Day | None = Query(None, description=DAY),
               sort: Literal["created", "activity"] = Query(
                   "created", description="newest opened first, or latest activity first"),
               limit: int = Query(50, ge=1, le=200), offset: int = Query(0, ge=0, le=MAX_ID)):
-    days = {}
-    for name, value in (("opened_from", opened_from), ("opened_to", opened_to),
-                        ("finished_from", finished_from), ("finished_to", finished_to)):
-        days[name] = selectors.parse_day(value or "")
-        if value and days[name] is None:
-            raise HttpError(400, f"{name}: {value!r} is not a date (YYYY-MM-DD).")
+    days = {"opened_from": opened_from, "opened_to": opened_to,
+            "finished_from": finished_from, "finished_to": finished_to}
     runs = readable_runs(request.user, selectors.runs(
         status=status or [], spec=spec or "", goal=goal, q=q, requester=requester,
         open_only=open, kind=kind, ref=ref, parent=parent, schedule=schedule, sort=sort,

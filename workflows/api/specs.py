@@ -7,11 +7,10 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from django.http import Http404
-from ninja import Body, Field, Path, Query, Router, Schema, Status
+from ninja import Body, Path, Query, Router, Schema, Status
 from ninja.errors import HttpError
 
-from tollgate.query import MAX_ID
-from tollgate.schemas import Error, Input
+from tollgate.schemas import Error, Input, WholeId
 from workflows import selectors
 from workflows.api.schemas import SpecOut, SpecStatusName
 from workflows.models import SpecStatus
@@ -46,7 +45,7 @@ class SpecDetail(Schema):
 
 
 class SpecStatusIn(Input):
-    version: int = Field(ge=1, le=MAX_ID)
+    version: WholeId
 
 
 @router.get("/specs", response={200: list[SpecSummary], 400: Error, 401: Error},

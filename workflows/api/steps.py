@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ninja import Field, Router
+from pydantic import ConfigDict
 
 from tollgate.schemas import Error, Id, Input, Key
 from workflows import engine
@@ -59,6 +60,13 @@ def reject(request, run_id: Id, key: Key, payload: RejectIn):
 
 
 class ReassignIn(Input):
+    # Exactly one of group and person names who decides it now.
+    model_config = ConfigDict(json_schema_extra={"oneOf": [
+        {"required": ["group"], "properties": {"group": {"minLength": 1},
+                                               "person": {"maxLength": 0}}},
+        {"required": ["person"], "properties": {"person": {"minLength": 1},
+                                                "group": {"maxLength": 0}}}]})
+
     reason: str = Field(min_length=1, max_length=500, description="why: required")
     group: str = Field("", max_length=150, description="the group that decides it now")
     person: str = Field("", max_length=150, description="or the username that decides it now")
