@@ -171,3 +171,18 @@ def test_api_sequences_follow_the_documents_links_without_a_server_error(token):
         max_examples=int(os.environ.get("TOLLGATE_SCHEMA_STATEFUL_EXAMPLES", "40")),
         deadline=None, derandomize=bool(os.environ.get("CI")), stateful_step_count=6,
         suppress_health_check=list(HealthCheck)))
+
+
+def test_a_required_reason_is_described_as_saying_something(api, release_spec):
+    """A blank skip reason, reassign reason or reject comment is refused, and the document
+    says so: a client made from it sends none."""
+
+    from workflows import engine
+
+    document = api["alice"].get("/api/openapi.json").json()["components"]["schemas"]
+    for model, name in (("SkipIn", "reason"), ("ReassignIn", "reason"), ("RejectIn", "comment")):
+        assert document[model]["properties"][name]["pattern"] == r"\S", model
+    alice = api["alice"].user  # an operator already
+    run = engine.open_run(release_spec, actor=alice).run
+    refused = api["alice"].post(f"/api/runs/{run.pk}/steps/build/skip", {"reason": "   "})
+    assert refused.status_code == 400 and "reason is required" in refused.json()["error"]

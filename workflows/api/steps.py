@@ -16,8 +16,13 @@ from workflows.models import Channel
 router = Router(tags=["workflows"])
 
 
+# A reason or comment that is required says something: not only spaces (the document's
+# pattern; the engine says which one is missing).
+SAYS_SOMETHING = {"pattern": r"\S"}
+
+
 class SkipIn(Input):
-    reason: str = Field(min_length=1, max_length=500)
+    reason: str = Field(min_length=1, max_length=500, json_schema_extra=SAYS_SOMETHING)
 
 
 SEEN = ("required: the gate's evidence_digest as you read it (GET the run), so the record "
@@ -31,7 +36,8 @@ class DecisionIn(Input):
 
 
 class RejectIn(Input):
-    comment: str = Field(min_length=1, max_length=5000, description="why: required to reject")
+    comment: str = Field(min_length=1, max_length=5000, description="why: required to reject",
+                         json_schema_extra=SAYS_SOMETHING)
     seen: str = Field(min_length=64, max_length=64, pattern="^[0-9a-f]{64}$", description=SEEN)
 
 
@@ -67,7 +73,8 @@ class ReassignIn(Input):
         {"required": ["person"], "properties": {"person": {"minLength": 1},
                                                 "group": {"maxLength": 0}}}]})
 
-    reason: str = Field(min_length=1, max_length=500, description="why: required")
+    reason: str = Field(min_length=1, max_length=500, description="why: required",
+                        json_schema_extra=SAYS_SOMETHING)
     group: str = Field("", max_length=150, description="the group that decides it now")
     person: str = Field("", max_length=150, description="or the username that decides it now")
     rule: str = Field("", max_length=200,
