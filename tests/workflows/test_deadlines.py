@@ -42,6 +42,7 @@ def test_overdue_gate_is_rejected(db):
     assert status(run) == {"run": "failed", "ok": "failed", "after": "pending"}
     checkpoint = Checkpoint.objects.filter(run=run).last()
     assert checkpoint.kind == "gate_timed_out" and checkpoint.actor_name == "deadline"
+    assert checkpoint.summary == "No decision from qa after 1 h"  # the time it was given
     assert deadlines.apply() == 0  # applied once
 
 

@@ -25,7 +25,7 @@ class GateMessage:
     deadline_then: str  # "rejects itself", "escalates to ops"
     approved: int
     required: int
-    decisions: list[str]  # "ann approved (inbox card)"
+    decisions: list[str]  # "ann approved via inbox card"
     open: bool  # still waiting: the buttons show
     outcome: str  # when not open: "Approved", "Rejected by bob: broken", "Cancelled", ...
     has_form: bool

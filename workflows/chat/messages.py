@@ -65,7 +65,7 @@ def gate_message(gate: Step):
         instructions=gate.instructions, deadline_at=gate.deadline_at,
         deadline_then=(gate.due or {}).get("then", ""), approved=gate.approved,
         required=gate.approval_required,
-        decisions=[f"{d.user} {d.get_decision_display()} ({d.channel_label})"
+        decisions=[f"{d.user} {d.get_decision_display()} via {d.channel_label}"
                    + (f", {d.signature_line}" if d.signature_meaning else "")
                    for d in gate.decisions],
         open=waiting, outcome=outcome,

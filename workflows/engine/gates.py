@@ -320,7 +320,9 @@ def expire_gate(step_id: int) -> Checkpoint | None:
                 or step.deadline_at is None or step.deadline_at > now):
             return None  # decided, moved on or not due
         approval = step.config.get("approval", {})
-        waited = f"{(now - step.waiting_since).total_seconds():.0f}s" if step.waiting_since else ""
+        # The time it was given, not how late the deadline task came.
+        waited = duration(approval.get("timeout_seconds")) or (
+            duration(step.deadline_at - step.waiting_since) if step.waiting_since else "")
         if approval.get("on_timeout") == "escalate" and not step.escalated_at:
             previous = step.approval_group
             rules = policy.rules_of(step)

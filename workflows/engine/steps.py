@@ -11,6 +11,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from workflows import clock, processes
+from workflows.specs.values import duration
 
 from ..errors import IllegalTransition, InvalidInput, NotFound
 from ..models import Checkpoint, CheckpointKind, RunStatus, Step, StepKind, StepStatus
@@ -678,7 +679,7 @@ def expire_wait(step_id: int) -> Checkpoint | None:
                                        StepStatus.BLOCKED)
                 or step.deadline_at is None or step.deadline_at > now):
             return None
-        waited = f"{step.config.get('timeout_seconds')}s"
+        waited = duration(step.config.get("timeout_seconds"))
         close_gate(step)
         summary = f"No report within {waited}"
         if step.config.get("on_timeout") == "skip":

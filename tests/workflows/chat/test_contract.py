@@ -75,7 +75,7 @@ def test_an_approver_decides_in_one_press_and_every_message_follows(platform, pe
     assert decision.channel_label == platform.label("bob")
     channel = platform.group_channels["qa"]
     assert "1 of 2" in platform.shown(channel)
-    assert f"bob approved ({platform.label('bob')})" in platform.shown(channel)
+    assert f"bob approved via {platform.label('bob')}" in platform.shown(channel)
 
     # Carol decides on the web: the message shows the end, with no button left.
     carol = Client()

@@ -111,7 +111,7 @@ def test_a_matched_user_approves_once_and_the_message_follows(slack, people):
     assert ChatIdentity.objects.get(chat_user="U-BOB").matched_by == "email"
     update = slack.calls_of("chat.update")[-1]
     assert "*1 of 2* approvals" in json.dumps(update["blocks"])
-    assert "bob approved (Slack (@bob))" in json.dumps(update["blocks"])
+    assert "bob approved via Slack (@bob)" in json.dumps(update["blocks"])
 
     # A repeat press (a new request, not a replay) counts once and says why.
     slack.press(slack.url, button(gate, "approve", "U-BOB", "bob"))

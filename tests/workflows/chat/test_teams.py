@@ -154,7 +154,7 @@ def test_only_people_who_may_decide_see_the_buttons(teams, driver, people):
     driver.press(gate, "approve", "bob")
     assert driver.handled() == ["approved by bob"]
     [card] = teams.cards(QA)
-    assert "bob approved (Teams (Bob Smith))" in json.dumps(card)
+    assert "bob approved via Teams (Bob Smith)" in json.dumps(card)
     assert "refresh" not in card  # the gate ended: nothing left to refresh
 
 
