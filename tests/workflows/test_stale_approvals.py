@@ -48,6 +48,12 @@ def test_a_change_of_evidence_makes_earlier_approvals_stop_counting(gated, peopl
     assert "qa" in said.evidence["gates_opened"]
     told = OutboxMessage.objects.filter(run=gated, seq=said.seq)
     assert ["gate_waiting", "qa"] in [event for message in told for event in message.events]
+    # The run page marks it as no longer counting.
+    page = Client()
+    page.force_login(people["alice"])
+    row = page.get(f"/runs/{gated.pk}/").content.decode().split('id="step-qa"')[1]
+    row = row.split("</tr>")[0]
+    assert "attempt 1: no longer counts" in row
     engine.approve(gated, "qa", user=people["carol"])
     assert state(gated).status == "waiting_approval"  # bob's earlier approval does not count
     engine.approve(gated, "qa", user=people["bob"])  # bob decides again, on what is there now
