@@ -215,8 +215,8 @@ class TestReassignment:
         ({"group": "finance", "person": "fin", "reason": "r"}, "name exactly one"),
         ({"group": "no-such-group", "reason": "r"}, "There is no group named"),
         ({"person": "ghost", "reason": "r"}, "There is no active person named 'ghost'"),
-        ({"person": "rita", "reason": "r"}, "rita requested run"),
-        ({"group": "finance", "reason": "r", "rule": "nope"}, "has no waiting rule named"),
+        ({"person": "rita", "reason": "r"}, "rita requested run .* cannot decide QA sign-off"),
+        ({"group": "finance", "reason": "r", "rule": "nope"}, "QA sign-off has no waiting rule named"),
     ])
     def test_bad_input_is_refused_and_changes_nothing(self, team, gate_run, kwargs, problem):
         with pytest.raises(engine.InvalidInput, match=problem):

@@ -409,13 +409,13 @@ def _check_can_be_met(run, step, rule, actor, *, group: str, person) -> None:
     from django.contrib.auth import get_user_model
 
     if person is not None and permissions.is_person(actor) and person.pk == actor.pk:
-        raise InvalidInput(f"{actor.get_username()} cannot reassign {step.key} to "
+        raise InvalidInput(f"{actor.get_username()} cannot reassign {step.title} to "
                            "themselves: an operator hands a gate to someone else.")
     # Nor to someone away whose delegate they are: they would decide it all the same.
     if person is not None and permissions.is_person(actor) and Preference.objects.filter(
             user=person, delegate=actor, away_until__gt=clock.now()).exists():
         raise InvalidInput(
-            f"{actor.get_username()} cannot reassign {step.key} to "
+            f"{actor.get_username()} cannot reassign {step.title} to "
             f"{person.get_username()}, who is away with {actor.get_username()} as "
             "their delegate: an operator hands a gate to someone else.")
     needed = rule.required - rule.approvals
@@ -433,7 +433,7 @@ def _check_can_be_met(run, step, rule, actor, *, group: str, person) -> None:
         whom = f"the {group} group"
     if eligible < needed:
         raise InvalidInput(
-            f"{step.key} ({rule.label}) needs {needed} more approval"
+            f"{step.title} ({rule.label}) needs {needed} more approval"
             f"{'s' if needed != 1 else ''} from distinct people; {whom} would leave "
             f"{eligible} who may give one (not the requester, not whoever reassigns it, not "
             "those who decided already): reassign it to a group with enough people.")
@@ -469,22 +469,22 @@ def reassign_gate(run, key: str, *, actor, reason: str, group: str = "", person=
         step = state.step(key)
         require_open(state.run, f"reassign {key}")
         if step.kind != StepKind.APPROVAL or step.status != StepStatus.WAITING_APPROVAL:
-            raise IllegalTransition(f"Cannot reassign {key}: only a gate waiting for approval "
-                                    "can be reassigned.")
+            raise IllegalTransition(f"Cannot reassign {step.title}: only a gate waiting for "
+                                    "approval can be reassigned.")
         rules = policy.rules_of(step)
         waiting = [r for r in rules if r.open and (not rule or r.label == rule)]
         if not waiting:
-            raise InvalidInput(f"{key} has no waiting rule named {rule!r}; it waits on "
+            raise InvalidInput(f"{step.title} has no waiting rule named {rule!r}; it waits on "
                                f"{', '.join(r.label for r in rules if r.open)}.")
         if len(waiting) > 1:
             labels = ", ".join(r.label for r in waiting)
-            raise InvalidInput(f"{key} waits on several rules ({labels}): name the one to "
+            raise InvalidInput(f"{step.title} waits on several rules ({labels}): name the one to "
                                "reassign.")
         target = waiting[0]
         if (person is not None and person.pk == state.run.requested_by_id
                 and not target.allow_self_approval):
             raise InvalidInput(f"{person.get_username()} requested run {state.run.pk} and "
-                               "cannot decide its gate: reassign it to someone else.")
+                               f"cannot decide {step.title}: reassign it to someone else.")
         _check_can_be_met(state.run, step, target, actor, group=group, person=person)
         before = policy.retarget(target, group=group, user=person)
         policy.summarize(step, rules)
