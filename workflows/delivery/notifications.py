@@ -15,7 +15,7 @@ from django.db import IntegrityError, transaction
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from workflows import briefs, clock
+from workflows import briefs, clock, engine
 from workflows.delivery import links
 from workflows.models import Checkpoint, Notification, StepStatus
 from workflows.permissions import deciders
@@ -26,9 +26,14 @@ log = logging.getLogger(__name__)
 
 
 def _gate_brief(run, step):
-    """The gate as a mail tells it: params, instructions, decisions so far, deadline."""
+    """The gate as a mail tells it: params, instructions, decisions so far, deadline, and
+    what signing it means when it must be signed (the rule waiting now, else the gate's)."""
     step.run = run
     briefs.gate_evidence([step])
+    rules = [rule for rule in getattr(step, "rules", []) if rule.open] or [None]
+    step.signing, step.reject_signing = next((
+        (engine.signature_meaning(step, rule), engine.signature_meaning(step, rule, "reject"))
+        for rule in rules if engine.signature_meaning(step, rule)), ("", ""))
     return step
 
 

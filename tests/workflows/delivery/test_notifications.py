@@ -260,3 +260,28 @@ def test_no_mail_of_a_staged_gate_reads_wrong_words(db, people, settings):
     texts += [s + "\n" + b for _, s, b, _ in messages_for(last, "gate_decided", "approve")]
     assert any("waits on dave (alice's manager)" in text for text in texts), texts
     assert [text for text in texts if wrong.search(text)] == []
+
+
+def test_a_signed_gates_mail_says_it_must_be_signed_and_what_it_means(people, sent,
+                                                                     django_capture_on_commit_callbacks):
+    from workflows.specs.storage import store_spec
+
+    spec = store_spec({"name": "signed", "steps": [{"key": "qa", "approval": {
+        "group": "qa", "signature": {"meaning": "Approved for release",
+                                     "reject_meaning": "Held back"}}}]})[0]
+    with django_capture_on_commit_callbacks(execute=True):
+        engine.open_run(spec, actor=people["alice"])
+    to_bob = next(m for m in mail.outbox if m.to == ["bob@example.com"])
+    said = 'It must be signed: approving means "Approved for release", rejecting means ' \
+           '"Held back".'
+    assert said in to_bob.body
+    assert "<strong>It must be signed</strong>" in to_bob.alternatives[0][0]
+
+
+def test_an_unsigned_gates_mail_says_nothing_of_signing(release_spec, people, sent,
+                                                       django_capture_on_commit_callbacks):
+    run = engine.open_run(release_spec, actor=people["alice"]).run
+    with django_capture_on_commit_callbacks(execute=True):
+        work(run, "build")
+    to_bob = next(m for m in mail.outbox if m.to == ["bob@example.com"])
+    assert "waits on qa" in to_bob.subject and "must be signed" not in to_bob.body
