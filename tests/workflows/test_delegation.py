@@ -216,7 +216,8 @@ class TestReassignment:
         ({"group": "no-such-group", "reason": "r"}, "There is no group named"),
         ({"person": "ghost", "reason": "r"}, "There is no active person named 'ghost'"),
         ({"person": "rita", "reason": "r"}, "rita requested run .* cannot decide QA sign-off"),
-        ({"group": "finance", "reason": "r", "rule": "nope"}, "QA sign-off has no waiting rule named"),
+        ({"group": "finance", "reason": "r", "rule": "nope"},
+         "QA sign-off has no waiting rule named"),
     ])
     def test_bad_input_is_refused_and_changes_nothing(self, team, gate_run, kwargs, problem):
         with pytest.raises(engine.InvalidInput, match=problem):
