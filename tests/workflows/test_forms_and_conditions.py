@@ -3,6 +3,7 @@ the branch an approver chooses, without code."""
 
 from __future__ import annotations
 
+import html
 import json
 
 import pytest
@@ -148,6 +149,8 @@ class TestForms:
         assert refused.status_code == 400
         card = refused.content.decode()
         assert "must be one of canary, full" in card
+        assert "Nothing was recorded: check the fields below." in card
+        assert "(field 'rollout')" not in html.unescape(card)  # said beside the field
         assert 'value="5"' in card  # what was typed is kept
         assert not Approval.objects.filter(step__run=gate).exists()
         done = client.post(url, {"view": "inbox", "field_rollout": "canary",

@@ -241,6 +241,9 @@ def _respond(request, run_id: int, *, key: str = "",
         raise Http404(str(error))
     status = error.status_code if error else 200
     message = str(error) if error else done
+    if getattr(error, "errors", None):
+        # Each field shows its own problem beside it: the notice does not name them again.
+        message = "Nothing was recorded: check the fields below."
     if request.htmx:
         if request.POST.get("view") == "inbox" and key:
             if error:  # the card again, with why, and its evidence
