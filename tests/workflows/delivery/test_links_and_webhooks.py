@@ -58,6 +58,26 @@ class TestDecisionLinks:
         assert approve.status_code == 200
         assert Approval.objects.get().comment == "from the link"
 
+    def test_a_refused_decision_from_the_link_redraws_its_card_as_it_was(self, waiting,
+                                                                          people):
+        """Who else may decide and who was told, as before; no checkbox for several gates;
+        and the next press still says it came from the mailed link."""
+        client = Client()
+        client.force_login(people["bob"])
+        refused = client.post(f"/runs/{waiting.pk}/steps/qa/reject/",
+                              {"view": "inbox", "via": "mail_link", "comment": ""},
+                              HTTP_HX_REQUEST="true")
+        assert refused.status_code == 400
+        card = refused.content.decode()
+        assert "A comment is required to reject" in card
+        assert "Also may decide: <bdi>carol</bdi>" in card
+        assert 'name="gate"' not in card and 'form="bulk"' not in card
+        assert 'name="via" value="mail_link"' in card
+        client.post(f"/runs/{waiting.pk}/steps/qa/reject/",
+                    {"view": "inbox", "via": "mail_link", "comment": "broken"},
+                    HTTP_HX_REQUEST="true")
+        assert Approval.objects.get().channel == "mail_link"
+
     def test_the_link_carries_what_the_mail_showed_and_its_page_says_when_it_changed(
             self, people):
         """Nobody had decided, so a change of the evidence started no new attempt: the page

@@ -250,12 +250,19 @@ def _respond(request, run_id: int, *, key: str = "",
                 gate = (Step.objects.select_related("run", "run__goal", "run__requested_by")
                         .filter(run_id=run_id, key=key).first())
                 if gate is not None:
+                    # As the card was drawn: who else may decide, who was told, the
+                    # signature, and the fields as typed.
                     cards.gate_evidence([gate])
+                    cards.audiences([gate], request.user)
                     cards.signing([gate], request.user)
                     if getattr(error, "errors", None):
                         gate.form = gate_form(gate, request.POST, errors=error.errors)
+                # A mailed link's page decides that one gate: no checkbox for several.
                 return render(request, "workflows/inbox.html#gate-card",
-                              {"gate": gate, "notice": message}, status=status)
+                              {"gate": gate, "notice": message,
+                               "via": request.POST.get("via", ""),
+                               "single": request.POST.get("via") == "mail_link"},
+                              status=status)
             # The gate as the decision left it: the engine's rows, no query.
             return render(request, "workflows/inbox.html#decided",
                           {"gate": checkpoint.step, "notice": message})
