@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+from django.conf import settings
 from django.db.models import Count, Q
 from django.utils.timezone import now as timezone_now
 
+from workflows.engine import signature_meaning
 from workflows.engine.rules import condition_holds
 from workflows.models import (
     OPEN_RUN_STATUSES,
@@ -238,6 +240,24 @@ def rules_not_applied(gate, rules) -> list[tuple[str, str]]:
     return [(rule.get("label", ""), condition_holds(rule["when"], run.shared_state or {},
                                                     run.params or {})[1])
             for position, rule in enumerate(spec) if position not in matched and "when" in rule]
+
+
+def signature_to_give(gate) -> tuple[str, str]:
+    """(what approving, what rejecting means) when the gate must be signed now: its first
+    waiting rule that is signed, else the gate's own; ("", "") when it is not. Its rules
+    read already (gate_evidence)."""
+    for rule in [rule for rule in getattr(gate, "rules", []) if rule.open] or [None]:
+        if meaning := signature_meaning(gate, rule):
+            return meaning, signature_meaning(gate, rule, "reject")
+    return "", ""
+
+
+def ways_to_sign() -> str:
+    """How a person signs on a gate's page, as this deployment allows."""
+    ways = ["your password", "a passkey"]
+    if settings.TOLLGATE_OIDC_ISSUER:
+        ways.append("signing in again at your company's sign-on")
+    return ", ".join(ways[:-1]) + " or " + ways[-1]
 
 
 def decided_people(decisions) -> set[int]:

@@ -34,6 +34,10 @@ class GateMessage:
     # The digest of the evidence the message shows: its buttons carry it back, so a press
     # decides on what the person was shown or not at all (the engine's `seen`).
     evidence: str = ""
+    # What signing it means when it must be signed ("" when not): a press cannot sign, so
+    # it is decided on its page, in one of the ways `ways_to_sign` names.
+    signature: str = ""
+    ways_to_sign: str = ""
 
 
 @dataclass

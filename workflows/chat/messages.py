@@ -72,7 +72,9 @@ def gate_message(gate: Step):
         has_form=bool(gate.config.get("approval", {}).get("form")),
         form=gate.config.get("approval", {}).get("form") or [],
         deciders=list(permissions.deciders(run, gate).values_list("pk", flat=True))
-        if waiting else [], evidence=gate.evidence_digest)
+        if waiting else [], evidence=gate.evidence_digest,
+        signature=briefs.signature_to_give(gate)[0] if waiting else "",
+        ways_to_sign=briefs.ways_to_sign())
 
 
 def _claim(chat, gate: Step, channel: str, *, final: bool = False):

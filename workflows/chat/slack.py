@@ -92,7 +92,16 @@ def blocks(message: GateMessage) -> list[dict]:
     if message.open and message.deadline_at:
         status += "\n" + _deadline(message)
     found.append({"type": "section", "text": {"type": "mrkdwn", "text": status[:3000]}})
-    if message.open:
+    if message.open and message.signature:
+        # A press cannot sign: the gate is decided on its page.
+        found.append({"type": "section", "text": {"type": "mrkdwn", "text": (
+            f"*This gate must be signed* ({escape(message.signature)}): decide it on its "
+            f"page in Tollgate, signing with {message.ways_to_sign}.")[:3000]}})
+        found.append({"type": "actions", "block_id": "tollgate_sign", "elements": [
+            {"type": "button", "action_id": "tollgate_open", "style": "primary",
+             "text": {"type": "plain_text", "text": "Sign in Tollgate"},
+             "url": message.run_url}]})
+    elif message.open:
         value = f"{message.step_id}:{message.attempt}:{message.evidence}"
         found.append({"type": "actions", "block_id": "tollgate_decide", "elements": [
             {"type": "button", "action_id": "tollgate_approve", "style": "primary",

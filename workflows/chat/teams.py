@@ -140,6 +140,10 @@ def card(message: GateMessage, viewer: Viewer | None = None, *, refresh_ids=(),
     if not message.open:
         _text(body, f"**{plain(message.outcome)}**")
     elif viewer is None:
+        if message.signature:
+            _text(body, f"This gate must be signed ({plain(message.signature)}): it is "
+                        f"decided on its page in Tollgate, signing with "
+                        f"{message.ways_to_sign}.", color="accent")
         actions.append({"type": "Action.Execute", "verb": "tollgate.refresh",
                         "title": "Approve or reject…",
                         "data": {"s": message.step_id, "a": message.attempt}})
@@ -152,7 +156,8 @@ def card(message: GateMessage, viewer: Viewer | None = None, *, refresh_ids=(),
         _text(body, f"You cannot decide this: {plain(viewer.refusal)}", isSubtle=True)
     elif viewer.signature:
         _text(body, f"Your decision must be signed ({plain(viewer.signature)}): decide it "
-                    "on its page in Tollgate.", color="accent")
+                    f"on its page in Tollgate, signing with {message.ways_to_sign}.",
+              color="accent")
         open_url["title"] = "Sign in Tollgate"
     else:
         inputs, actions = _decide(message, typed or {}, comment, errors or {})

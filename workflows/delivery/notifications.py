@@ -15,7 +15,7 @@ from django.db import IntegrityError, transaction
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from workflows import briefs, clock, engine
+from workflows import briefs, clock
 from workflows.delivery import links
 from workflows.models import Checkpoint, Notification, StepStatus
 from workflows.permissions import deciders
@@ -30,10 +30,8 @@ def _gate_brief(run, step):
     what signing it means when it must be signed (the rule waiting now, else the gate's)."""
     step.run = run
     briefs.gate_evidence([step])
-    rules = [rule for rule in getattr(step, "rules", []) if rule.open] or [None]
-    step.signing, step.reject_signing = next((
-        (engine.signature_meaning(step, rule), engine.signature_meaning(step, rule, "reject"))
-        for rule in rules if engine.signature_meaning(step, rule)), ("", ""))
+    step.signing, step.reject_signing = briefs.signature_to_give(step)
+    step.ways_to_sign = briefs.ways_to_sign()
     return step
 
 

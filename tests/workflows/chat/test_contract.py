@@ -176,9 +176,13 @@ def test_a_signed_gate_sends_the_person_to_its_page(platform, people):
             "group": "qa", "signature": {"meaning": "I approve this release"}}}]}
     run, gate = waiting(people, spec=spec)
     platform.link(people["bob"])
+    # The channel's message says it is signed on its page, and how.
+    shown = platform.shown(platform.group_channels["qa"])
+    assert "must be signed" in shown and "signing with your password or a passkey" in shown
     if platform.name == "teams":
         card = str(platform.view(gate, "bob")["value"])
         assert "Sign in Tollgate" in card and "tollgate.approve" not in card
+        assert "signing with your password or a passkey" in card
     platform.press(gate, "approve", "bob")
     assert platform.handled()[0].startswith("refused:")
     assert "must be signed" in platform.told("bob")[-1]

@@ -393,3 +393,28 @@ def test_a_reminder_is_said_in_the_gates_thread_while_it_waits(slack, people):
     engine.approve(run, "sign", user=people["carol"])
     assert deadlines.remind() == 0
     assert len(slack.calls_of("chat.postMessage")) == 2
+
+
+def test_a_signed_gate_is_shown_as_one_to_sign_on_its_page(slack, people, settings):
+    """A press cannot sign: the message says so, how one signs, and links the page; no
+    Approve or Reject to press."""
+    settings.TOLLGATE_OIDC_ISSUER = "https://login.acme.example"
+    signed = {**PAYROLL, "name": "payroll-signed", "steps": [
+        PAYROLL["steps"][0], {**PAYROLL["steps"][1], "approval": {
+            **PAYROLL["steps"][1]["approval"],
+            "signature": {"meaning": "Approved for payment"}}}, PAYROLL["steps"][2]]}
+    run, gate = gate_waiting(people, spec=signed, month="May")
+    [post] = slack.calls_of("chat.postMessage")
+    text = json.dumps(post["blocks"])
+    assert "This gate must be signed* (Approved for payment)" in text
+    assert ("signing with your password, a passkey or signing in again at your company's "
+            "sign-on") in text
+    buttons = [e for b in post["blocks"] if b["type"] == "actions" for e in b["elements"]]
+    assert [(b["text"]["text"], b.get("url")) for b in buttons] == [
+        ("Sign in Tollgate", f"{settings.TOLLGATE_BASE_URL}/runs/{run.pk}/")]
+    # Signed on its page, the message follows: the gate decided, no button left.
+    for name in ("bob", "carol"):
+        engine.approve(run, "sign", user=people[name], signature=engine.Signature(
+            user_id=people[name].pk, method="password"))
+    update = slack.calls_of("chat.update")[-1]
+    assert "Sign in Tollgate" not in json.dumps(update["blocks"])
