@@ -83,8 +83,16 @@ def _input(field: dict, typed: dict) -> dict:
                 "valueOn": "true", "valueOff": "false",
                 "value": "true" if given in (True, "true") else "false"}
     if kind == "number":
+        # Teams sends what was typed as text, and shows a number input's value only as a
+        # number: "25" is kept as 25 (text that is no number cannot be shown again).
+        try:
+            number = float(given) if given not in (None, "") else None
+        except (TypeError, ValueError):
+            number = None
+        if number is not None and number.is_integer():
+            number = int(number)
         return {"type": "Input.Number", "id": f"field_{name}", **common,
-                **({"value": given} if given is not None else {})}
+                **({"value": number} if number is not None else {})}
     return {"type": "Input.Text", "id": f"field_{name}", "isMultiline": kind == "text",
             **common, **({"value": str(given)} if given is not None else {})}
 

@@ -286,3 +286,32 @@ def test_a_press_on_a_card_whose_answer_was_lost_names_it_and_decisions_update_i
     assert driver.handled() == ["approved by bob"]
     [card] = teams.cards(QA)  # that card updated, nothing posted beside it
     assert "bob approved" in json.dumps(card)
+
+
+def test_a_refused_form_keeps_the_number_typed_as_a_number(teams, driver, people):
+    from .test_contract import ROLLOUT, waiting as waiting_on
+
+    run, gate = waiting_on(people, spec=ROLLOUT)
+    driver.link(people["bob"])
+    status, answer = driver.press(gate, "approve", "bob", values={"percent": "25"})
+    assert status == 200  # refused: the rollout is missing
+    [number] = [i for i in _inputs(answer["value"])
+                if i["id"] == "field_percent"]
+    assert number["type"] == "Input.Number" and number["value"] == 25
+
+
+def _inputs(card: dict) -> list[dict]:
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if str(node.get("type", "")).startswith("Input."):
+                found.append(node)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(card)
+    return found
