@@ -289,7 +289,8 @@ def test_a_press_on_a_card_whose_answer_was_lost_names_it_and_decisions_update_i
 
 
 def test_a_refused_form_keeps_the_number_typed_as_a_number(teams, driver, people):
-    from .test_contract import ROLLOUT, waiting as waiting_on
+    from .test_contract import ROLLOUT
+    from .test_contract import waiting as waiting_on
 
     run, gate = waiting_on(people, spec=ROLLOUT)
     driver.link(people["bob"])
