@@ -109,3 +109,22 @@ def test_a_decision_after_the_deadline_is_refused_before_the_deadline_task_runs(
         assert response.status_code == 409 and "deadline passed" in response.content.decode()
     assert not Approval.objects.filter(step=gate).exists()
     assert deadlines.apply() == 1 and status(run)["ok"] == "failed"
+
+
+def test_a_late_decision_is_told_as_the_card_tells_the_deadline(db, people):
+    """Its title, the card's time in the reader's zone, and what the card says follows."""
+    from django.test import Client
+
+    run = engine.open_run(gated("escalate", escalate_to="managers"), actor=people["alice"]).run
+    overdue(run)
+    gate = Step.objects.get(run=run, key="ok")
+    Step.objects.filter(pk=gate.pk).update(title="Finance sign-off")
+    client = Client()
+    client.force_login(people["bob"])
+    page = client.post(f"/runs/{run.pk}/steps/ok/approve/", {"comment": "late"})
+    at = timezone.localtime(gate.deadline_at)
+    when = f"{at:%a} {at.day} {at:%b %H:%M %Z}"
+    said = page.content.decode()
+    assert (f"Cannot approve Finance sign-off: its deadline passed at {when}, and it "
+            "escalates to managers now.") in said
+    assert f">{when}</time>" in said and "escalates to managers" in said  # the card's own

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.utils import timezone
+
 from workflows.specs.params import FieldErrors, coerce
 from workflows.specs.values import duration
 
@@ -116,9 +118,12 @@ def _gate(state: RunState, key, user, verb: str):
     if step.deadline_at is not None and step.deadline_at <= clock.now():
         # Past its deadline the gate is the deadline's, whether or not its task has run
         # yet: a late decision is refused on every channel (the clock is the database's).
-        raise IllegalTransition(f"Cannot {verb} {key}: its deadline passed at "
-                                f"{step.deadline_at:%Y-%m-%d %H:%M:%S %Z}; it "
-                                f"{'escalates' if _escalates(step) else 'is rejected'} now.")
+        # Said as the card says it: its title, the time in the reader's zone, what follows.
+        then = (f"escalates to {step.config['approval'].get('escalate_to')}"
+                if _escalates(step) else "rejects itself")
+        at = timezone.localtime(step.deadline_at)
+        raise IllegalTransition(f"Cannot {verb} {step.title}: its deadline passed at "
+                                f"{at:%a} {at.day} {at:%b %H:%M %Z}, and it {then} now.")
     if not permissions.signed_in(user):
         raise NotPermitted(permissions.NOT_SIGNED_IN)
     rules = policy.rules_of(step)
