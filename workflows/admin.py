@@ -27,7 +27,7 @@ from .models import (
     WorkflowSpec,
 )
 from .permissions import can_change_specs, readable_runs, sees_every_run
-from .schedules import require_schedule_rights, save_schedule
+from .schedules import require_schedule_rights, save_schedule, slot_key
 
 
 class SpecForm(forms.ModelForm):
@@ -382,16 +382,25 @@ class ScheduleAdmin(admin.ModelAdmin):
         """The latest slots handled: the run each started, or why it started none."""
         from django.utils.html import format_html, format_html_join
 
-        fires = obj.fires.select_related("run").order_by("-slot_at")[:RECENT_SLOTS]
+        fires = list(obj.fires.select_related("run").order_by("-slot_at")[:RECENT_SLOTS])
+        # Every run of each slot, its retries included (one query).
+        runs_of = {}
+        for key, pk, status in (Run.objects.filter(schedule=obj, idempotency_key__in=[
+                f"{slot_key(obj.pk, fire.slot_at)}{f':retry-{n}' if n else ''}"
+                for fire in fires for n in range(fire.retries + 1)])
+                .order_by("pk").values_list("idempotency_key", "pk", "status")):
+            slot = key.split(":retry-")[0]
+            runs_of.setdefault(slot, []).append(f"#{pk} ({status})")
         rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", (
             (f"{fire.slot_at:%Y-%m-%d %H:%M}",
              fire.get_outcome_display() + (f" ({fire.run.get_status_display().lower()})"
                                            if fire.run_id else ""),
-             fire.reason, f"#{fire.run_id}" if fire.run_id else "") for fire in fires))
+             fire.reason, ", ".join(runs_of.get(slot_key(obj.pk, fire.slot_at), [])))
+            for fire in fires))
         if not rows:
             return "none yet"
         return format_html("<table><tr><th>Slot</th><th>Outcome</th><th>Reason</th>"
-                           "<th>Run</th></tr>{}</table>", rows)
+                           "<th>Runs</th></tr>{}</table>", rows)
 
 
 class WebhookForm(forms.ModelForm):

@@ -20,7 +20,6 @@ from .models import (
     Decision,
     Run,
     RunStatus,
-    ScheduleFire,
     SpecStatus,
     WorkflowSpec,
 )
@@ -81,8 +80,7 @@ def runs(*, status: str | list[str] = "", spec: str = "", goal: int | None = Non
     if parent is not None:
         found = found.filter(parent_step__run_id=parent)
     if schedule is not None:
-        found = found.filter(pk__in=ScheduleFire.objects.filter(
-            schedule_id=schedule, run__isnull=False).values("run_id"))
+        found = found.filter(schedule_id=schedule)  # every slot's run, retries included
     if q := q.strip():
         # One indexed column (trigram on PostgreSQL, FTS5 trigram on SQLite) or the
         # requester, looked up once.

@@ -89,3 +89,22 @@ def test_goals_keep_their_finished_and_pruned_counts_in_one_tally():
     assert (counted.runs_open, counted.runs_completed, counted.runs_failed,
             counted.steps_total, counted.steps_done) == (1, 3, 2, 18, 13)
     assert rollup(idle.pk).runs_completed == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_existing_runs_of_a_schedule_know_it_retries_included():
+    before = ("workflows", "0059_a_person_who_acted_stays")
+    with old_models(before) as apps:
+        spec = apps.get_model("workflows", "WorkflowSpec").objects.create(
+            name="nightly", version=1, definition={"steps": []})
+        schedule = apps.get_model("workflows", "Schedule").objects.create(
+            name="nightly", spec_name="nightly", interval_seconds=3600)
+        old_run = apps.get_model("workflows", "Run")
+        slot = f"schedule:{schedule.pk}:2026-12-01T02:00:00+00:00"
+        runs = [old_run.objects.create(spec=spec, spec_name="nightly", title=key,
+                                       idempotency_key=key).pk
+                for key in (slot, f"{slot}:retry-1", "nightly-by-hand")]
+    from workflows.models import Run
+
+    assert list(Run.objects.filter(pk__in=runs).order_by("pk").values_list(
+        "schedule_id", flat=True)) == [schedule.pk, schedule.pk, None]

@@ -228,6 +228,25 @@ def test_a_failed_slot_is_opened_again_after_its_delay_up_to_its_limit(db):
     slot.refresh_from_db()
     assert (slot.run_id, slot.retries) == (third_id, 2)
     assert Run.objects.count() == 3
+    # Every run of the slot, retries included, is the schedule's: on the runs page, in the
+    # API and in the admin's latest slots.
+    from django.test import Client
+
+    from tests.conftest import make_user
+    from workflows.models import ApiToken
+
+    root = make_user("root", is_staff=True, is_superuser=True)
+    runs = {first.pk, second.pk, third_id}
+    token = ApiToken.objects.issue(root)[1]
+    listed = Client(HTTP_AUTHORIZATION=f"Bearer {token}").get(
+        "/api/runs", {"schedule": item.pk}).json()["results"]
+    assert {r["id"] for r in listed} == runs
+    admin = Client()
+    admin.force_login(root)
+    page = admin.get(f"/admin/workflows/schedule/{item.pk}/change/").content.decode()
+    assert all(f"#{pk} (failed)" in page for pk in runs)
+    runs_page = admin.get("/runs/", {"schedule": item.pk}).content.decode()
+    assert all(f'href="/runs/{pk}/"' in runs_page for pk in runs)
 
 
 def test_a_slot_is_not_opened_again_when_it_succeeded_or_retries_are_off(db):

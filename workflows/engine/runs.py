@@ -154,6 +154,7 @@ def open_run(
                 ref=ref,
                 caller_next_action=next_action,
                 parent_step=parent_step,
+                schedule=schedule,
                 steps_total=len(spec.definition["steps"]),
             )
             insert_steps(_new_steps(run, spec.definition["steps"]))

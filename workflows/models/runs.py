@@ -117,6 +117,10 @@ class Run(models.Model):
     shared_state = models.JSONField(default=dict, blank=True)
     # The spec's typed run parameters, as validated when the run started.
     params = models.JSONField(default=dict, blank=True)
+    # The schedule that opened it: a slot's run, or a retry of a slot (indexed where set).
+    schedule = models.ForeignKey("workflows.Schedule", null=True, blank=True,
+                                 on_delete=models.SET_NULL, related_name="runs",
+                                 db_index=False, editable=False)
     next_action = models.CharField(max_length=500, blank=True)
     current_step = models.CharField(max_length=100, blank=True)
     error = models.TextField(blank=True)
@@ -178,6 +182,8 @@ class Run(models.Model):
             # every move writes no entry for them (PostgreSQL's updates here are not HOT).
             models.Index(fields=["parent_step"], condition=Q(parent_step__isnull=False),
                          name="run_parent_step_idx"),
+            models.Index(fields=["schedule", "-created_at"], condition=Q(schedule__isnull=False),
+                         name="run_schedule_idx"),
             models.Index(fields=["opened_by"], condition=Q(opened_by__isnull=False),
                          name="run_opened_by_idx"),
         ]
