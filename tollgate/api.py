@@ -73,6 +73,13 @@ class StrictJson(Parser):
                            f"({json.dumps(data)[:40]}).")
         return data
 
+    def parse_querydict(self, data, list_fields, request):
+        for name, values in data.lists():
+            if "\x00" in name or any("\x00" in value for value in values):
+                raise BadValue(f"{name.replace(chr(0), '')}: NUL characters are not allowed "
+                               "in the query string.")
+        return super().parse_querydict(data, list_fields, request)
+
 
 def _refuse_constant(name: str):
     raise BadValue(f"body: {name} is not a JSON number; send a finite number or null.")
@@ -120,7 +127,8 @@ def docs_access(view):
 api = TollgateAPI(title="Tollgate API", version="1", auth=[TokenAuth(), BrowserSession()],
                urls_namespace="api", parser=StrictJson(), docs_decorator=docs_access,
                description="Start runs, report progress, decide gates and read timelines. "
-                           "Every body is a JSON object; no text in it holds NUL (U+0000). "
+                           "Every body is a JSON object; no text in it, nor in a query "
+                           "string, holds NUL (U+0000). "
                            "Names a body gives (a user, a group, a spec's parameter) must name "
                            "one that exists: a 400 says which does not.")
 

@@ -186,3 +186,10 @@ def test_a_required_reason_is_described_as_saying_something(api, release_spec):
     run = engine.open_run(release_spec, actor=alice).run
     refused = api["alice"].post(f"/api/runs/{run.pk}/steps/build/skip", {"reason": "   "})
     assert refused.status_code == 400 and "reason is required" in refused.json()["error"]
+
+
+@pytest.mark.django_db
+def test_a_nul_in_a_query_string_is_refused_saying_so(api):
+    answer = api["alice"].get("/api/runs", kind="a\x00b")
+    assert answer.status_code == 400 and "kind: NUL characters are not allowed" in answer.json()[
+        "error"]
