@@ -271,3 +271,26 @@ def test_the_mail_page_shows_each_person_their_own_mail_and_staff_all(client, pe
     client.force_login(make_user("sam", is_staff=True))
     body = client.get("/dev/mail/").content.decode()
     assert "For bob" in body and "For carol" in body
+
+
+def test_the_demo_has_a_signed_gate_a_release_manager_signs_with_her_password(db, client):
+    """The README's signature walk on `make run`'s data: carol, a release manager, signs the
+    demo's hotfix with her demo password."""
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+
+    from workflows.management.commands.demo import PASSWORD
+    from workflows.models import Approval, Run
+
+    call_command("demo", stdout=io.StringIO())
+    run = Run.objects.get(title="Hotfix 1.0.1")
+    gate = run.steps.get(key="signoff")
+    client.force_login(User.objects.get(username="carol"))
+    inbox = client.get("/").content.decode()
+    assert "Release manager sign-off" in inbox and "Approved for production" in inbox
+    client.post(f"/runs/{run.pk}/steps/signoff/approve/", {
+        "comment": "smallest fix", "signature_password": PASSWORD,
+        "evidence_digest": gate.evidence_digest})
+    decision = Approval.objects.get(step=gate)
+    assert (decision.user.username, decision.signature_meaning,
+            decision.signature_method) == ("carol", "Approved for production", "password")

@@ -141,3 +141,8 @@ class Command(BaseCommand):
         run = open_("form", "rollout", title="Roll out release 3.1")
         work(run, "build", summary="Built and tested",
              evidence={"stdout": "built release 3.1\n12 tests passed\n"})
+
+        # A gate that must be signed: carol (a release manager) signs it with her password
+        # or a passkey she adds on her profile.
+        run = open_("signed", "hotfix", title="Hotfix 1.0.1", params={"version": "1.0.1"})
+        work(run, "build", summary="Built", evidence={"stdout": "built hotfix 1.0.1\n"})
