@@ -3,7 +3,8 @@ PYTHON ?= $(shell scripts/find-python)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-HOST ?= 127.0.0.1
+# A name, not an address: passkeys are made for a host name (WebAuthn takes no IP address).
+HOST ?= localhost
 PORT ?= 8000
 
 .PHONY: install run test test-busy lint bench clean

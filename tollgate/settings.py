@@ -450,9 +450,9 @@ TOLLGATE_NOTIFY = env_bool("TOLLGATE_NOTIFY", True)
 # Post gate events to the groups' webhooks (through Huey, after the transition commits).
 TOLLGATE_WEBHOOKS = env_bool("TOLLGATE_WEBHOOKS", True)
 # Where people reach this Tollgate: the absolute links in mail and webhooks are built on it
-# (a system check requires it in production). `make run` serves on 127.0.0.1:8000.
+# (a system check requires it in production). `make run` serves on localhost:8000.
 TOLLGATE_BASE_URL = os.environ.get(
-    "TOLLGATE_BASE_URL", "http://127.0.0.1:8000" if DEBUG else "").rstrip("/")
+    "TOLLGATE_BASE_URL", "http://localhost:8000" if DEBUG else "").rstrip("/")
 # The WebAuthn relying party passkeys are made for: by default the host the browser is on.
 # Set it to the registrable domain to let one passkey serve several hosts under it.
 TOLLGATE_PASSKEY_RP_ID = os.environ.get("TOLLGATE_PASSKEY_RP_ID", "")

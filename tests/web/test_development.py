@@ -23,8 +23,9 @@ def test_make_run_serves_and_links_on_the_port_it_is_given():
     env = {k: v for k, v in os.environ.items() if k not in ("TOLLGATE_BASE_URL", "DEBUG")}
     out = subprocess.run(["make", "-n", "run", "PORT=8101"], capture_output=True, text=True,
                          check=True, env=env).stdout
-    assert "Serving http://127.0.0.1:8101/ (port 8101)" in out
-    assert "scripts/serve-dev 127.0.0.1:8101" in out
+    # A host name, which passkeys need (the README's signature walk).
+    assert "Serving http://localhost:8101/ (port 8101)" in out
+    assert "scripts/serve-dev localhost:8101" in out
 
 
 FAKE_MANAGE = """
