@@ -82,3 +82,35 @@ def test_stages_audiences_and_delegation_read_true(browser, live_server, people,
         assert {name: found for name, found in problems.items() if found} == {}
     finally:
         context.close()
+
+
+@pytest.mark.parametrize("width", [1280, 1440])
+def test_the_reassign_form_shows_its_button_at_desktop_widths(browser, live_server, people,
+                                                               release_spec, width):
+    """Opened on the run page, the form's button is on screen (not past the table's edge,
+    where only a sideways scroll would find it), and a refusal names the gate's title."""
+    run = engine.open_run(release_spec, actor=people["alice"]).run
+    work(run, "build")
+    context = browser.new_context(base_url=live_server.url,
+                                  viewport={"width": width, "height": 900})
+    page = context.new_page()
+    try:
+        login(page, "alice")  # an operator
+        page.goto(f"/runs/{run.pk}/")
+        page.click("#step-qa details.reassign summary")
+        button = page.locator("#step-qa details.reassign button")
+        box = button.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width, box
+        assert button.evaluate("""b => {
+            const r = b.getBoundingClientRect();
+            const hit = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
+            return hit === b || b.contains(hit);
+        }""")
+        page.fill("#step-qa details.reassign input[name=person]", "alice")
+        page.fill("#step-qa details.reassign textarea", "covering")
+        button.click()
+        page.wait_for_selector(".notice.error")
+        assert "cannot decide QA sign-off: reassign it to someone else" in page.inner_text(
+            "main")
+    finally:
+        context.close()
