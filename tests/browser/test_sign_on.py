@@ -222,7 +222,7 @@ def test_a_signed_gate_is_signed_by_signing_in_again_at_the_provider(oidc_provid
     back_at_tollgate(page)
     page.goto("/")
     page.get_by_label("Approval comment for Release sign-off").fill("notes checked")
-    page.click("button:has-text('or sign in again at Acme')")
+    page.click("button:has-text('Sign in again at Acme to sign')")
     # What is about to be signed, said in full, and one button that starts it.
     page.wait_for_selector("h1:has-text('Sign your approval of Release sign-off')")
     assert "Approved for release" in page.text_content("dl.signing")

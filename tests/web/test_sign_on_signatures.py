@@ -95,7 +95,9 @@ def test_the_card_offers_it_only_to_those_who_sign_on(provider, sam, people, sig
     client = Client()
     client.force_login(sam)
     page = client.get("/").content.decode()
-    assert "or sign in again at Acme" in page and 'name="signature_password"' not in page
+    # The one way sam signs, as the primary action.
+    assert ('<button class="primary" name="sign_at_provider" value="1" formnovalidate>Sign in '
+            'again at Acme to sign</button>') in page and 'name="signature_password"' not in page
     bob = Client()
     bob.force_login(people["bob"])
     assert "or sign in again at" not in bob.get("/").content.decode()
