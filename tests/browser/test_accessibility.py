@@ -66,6 +66,12 @@ def test_every_page_has_no_serious_accessibility_violation(browser, live_server,
                               params={"version": "5"}).run
         work(run, "build", summary="green")
         runs.append(run)
+    from workflows.models import Notification
+
+    # A mail with a link in it, as the development mail page shows it (a link in a dark block).
+    Notification.objects.create(user=people["bob"], key="a11y", event="gate_waiting",
+                                subject="Ship waits on qa", body=(
+                                    f"Decide it at:\n{live_server.url}/decide/x/\n"))
     context = browser.new_context(base_url=live_server.url,
                                   viewport={"width": width, "height": 800})
     page = context.new_page()
