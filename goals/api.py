@@ -15,7 +15,7 @@ from ninja.errors import HttpError
 from pydantic import ConfigDict
 
 from tollgate.query import MAX_ID
-from tollgate.schemas import Error, Id, Input, WholeId
+from tollgate.schemas import SAYS_SOMETHING, Error, Id, Input, WholeId
 
 from .models import CLOSED_GOAL_STATUSES, Goal, GoalStatus, Priority
 from .rollup import rollups
@@ -60,11 +60,11 @@ GoalStatusName = Literal[tuple(GoalStatus.values)]
 PriorityName = Literal[tuple(Priority.values)]
 
 
-# A goal set blocked says why (a reason that is not only spaces).
+# A goal set blocked says why.
 BLOCKED_SAYS_WHY = ConfigDict(json_schema_extra={
     "if": {"required": ["status"], "properties": {"status": {"const": "blocked"}}},
     "then": {"required": ["blocker_reason"],
-             "properties": {"blocker_reason": {"type": "string", "pattern": r"\S"}}}})
+             "properties": {"blocker_reason": {"type": "string", **SAYS_SOMETHING}}}})
 
 
 class GoalIn(Input):

@@ -18,6 +18,9 @@ from tollgate.query import MAX_ID
 Id = Annotated[int, Path(ge=1, le=MAX_ID)]
 Key = Annotated[str, Path(min_length=1, max_length=100)]
 DAY = "YYYY-MM-DD, a real day"
+# A required reason or comment says something: not only spaces (the document's pattern; the
+# engine says which one is missing).
+SAYS_SOMETHING = {"pattern": r"\S"}
 
 
 class Error(Schema):

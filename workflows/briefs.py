@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.utils.timezone import now as timezone_now
 
-from workflows.engine import signature_meaning
+from workflows.engine import deadline_then, signature_meaning
 from workflows.engine.rules import condition_holds
 from workflows.models import (
     OPEN_RUN_STATUSES,
@@ -133,13 +133,8 @@ def deadline(gate: Step, now) -> dict | None:
     """A gate's deadline for people: when, how long is left, and what happens then."""
     if gate.deadline_at is None:
         return None
-    approval = gate.config.get("approval", {})
-    if approval.get("on_timeout") == "escalate" and not gate.escalated_at:
-        then = f"escalates to {approval.get('escalate_to')}"
-    else:
-        then = "rejects itself"
     return {"at": gate.deadline_at, "left": (gate.deadline_at - now).total_seconds(),
-            "then": then}
+            "then": deadline_then(gate)}
 
 
 def due_gates(now, soon_seconds: float = 24 * 3600) -> list[dict]:

@@ -8,17 +8,12 @@ from typing import Any
 from ninja import Field, Router
 from pydantic import ConfigDict
 
-from tollgate.schemas import Error, Id, Input, Key
+from tollgate.schemas import SAYS_SOMETHING, Error, Id, Input, Key
 from workflows import engine
 from workflows.api.schemas import RunOut, fresh_run, get_run
 from workflows.models import Channel
 
 router = Router(tags=["workflows"])
-
-
-# A reason or comment that is required says something: not only spaces (the document's
-# pattern; the engine says which one is missing).
-SAYS_SOMETHING = {"pattern": r"\S"}
 
 
 class SkipIn(Input):

@@ -22,6 +22,7 @@ from .commit import Announcement
 from .gates import (
     Signature,
     approve,
+    deadline_then,
     decide_many,
     expire_gate,
     form_values,
@@ -66,7 +67,7 @@ __all__ = [
     "InvalidInput", "NotFound", "NotPermitted", "Opened", "Signature", "WorkflowError", "add_steps",
     "approve",
     "cancel_run", "children", "claim_next", "claim_step", "claimable_exists", "compensations",
-    "decide_many", "form_values",
+    "deadline_then", "decide_many", "form_values",
     "complete_step", "expire_gate", "expire_lease", "expire_leases", "expire_wait", "fail_step",
     "next_move",
     "note_lease_overdue", "note_sweep_failure", "open_run", "ready_filters", "ready_steps",

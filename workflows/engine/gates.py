@@ -119,11 +119,10 @@ def _gate(state: RunState, key, user, verb: str):
         # Past its deadline the gate is the deadline's, whether or not its task has run
         # yet: a late decision is refused on every channel (the clock is the database's).
         # Said as the card says it: its title, the time in the reader's zone, what follows.
-        then = (f"escalates to {step.config['approval'].get('escalate_to')}"
-                if _escalates(step) else "rejects itself")
         at = timezone.localtime(step.deadline_at)
         raise IllegalTransition(f"Cannot {verb} {step.title}: its deadline passed at "
-                                f"{at:%a} {at.day} {at:%b %H:%M %Z}, and it {then} now.")
+                                f"{at:%a} {at.day} {at:%b %H:%M %Z}, and it "
+                                f"{deadline_then(step)} now.")
     if not permissions.signed_in(user):
         raise NotPermitted(permissions.NOT_SIGNED_IN)
     rules = policy.rules_of(step)
@@ -138,9 +137,12 @@ def _gate(state: RunState, key, user, verb: str):
     return step, rules, rule, (person if person.delegated else None)
 
 
-def _escalates(step: Step) -> bool:
-    return (step.config.get("approval", {}).get("on_timeout") == "escalate"
-            and not step.escalated_at)
+def deadline_then(step: Step) -> str:
+    """What a gate does at its deadline, in words: "escalates to ops" or "rejects itself"."""
+    approval = step.config.get("approval", {})
+    if approval.get("on_timeout") == "escalate" and not step.escalated_at:
+        return f"escalates to {approval.get('escalate_to')}"
+    return "rejects itself"
 
 
 def _channel(channel: str, chat_identity: str) -> tuple[str, str]:
