@@ -9,7 +9,7 @@ from django.db.models import Q
 from workflows.specs.storage import archive_versions, require_author, store_spec
 from workflows.specs.validation import SpecError, masked, spec_problems, validate_spec
 
-from . import engine
+from . import clock, engine
 from .models import (
     ApiToken,
     Approval,
@@ -27,7 +27,7 @@ from .models import (
     WorkflowSpec,
 )
 from .permissions import can_change_specs, readable_runs, sees_every_run
-from .schedules import require_schedule_rights, save_schedule, slot_key
+from .schedules import require_schedule_rights, save_schedule, slot_key, upcoming_slots
 
 
 class SpecForm(forms.ModelForm):
@@ -374,8 +374,31 @@ class ScheduleAdmin(admin.ModelAdmin):
     list_filter = ["enabled", "overlap", "missed"]
     search_fields = ["name", "spec_name"]
     autocomplete_fields = ["goal"]
-    readonly_fields = ["missed_count", "skipped_count", "last_run", "paused_reason",
-                       "recent_slots"]
+    readonly_fields = ["upcoming", "missed_count", "skipped_count", "last_run",
+                       "paused_reason", "recent_slots"]
+
+    @admin.display(description="Next runs")
+    def upcoming(self, obj):
+        """When the schedule starts its next runs, in its own zone and from now, or why it
+        starts none."""
+        from zoneinfo import ZoneInfo
+
+        from django.utils.html import format_html_join
+        from django.utils.timesince import timeuntil
+
+        if obj is None or obj.pk is None:
+            return "shown once the schedule is saved"
+        if not obj.enabled:
+            return obj.paused_reason or "none: the schedule is disabled"
+        now = clock.now()
+        slots = upcoming_slots(obj, now)
+        if not slots:
+            return f"none: no slot before its end ({obj.until:%Y-%m-%d %H:%M %Z})"
+        zone = ZoneInfo(obj.timezone)
+        return format_html_join(", ", "{} ({})", (
+            (f"{slot.astimezone(zone):%Y-%m-%d %H:%M} {obj.timezone}",
+             "due now" if slot <= now else f"in {timeuntil(slot, now)}")
+            for slot in slots))
 
     @admin.display(description="Latest slots")
     def recent_slots(self, obj):

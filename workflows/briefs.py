@@ -255,6 +255,12 @@ def ways_to_sign() -> str:
     return ", ".join(ways[:-1]) + " or " + ways[-1]
 
 
+def you_decided(verb: str, title: str, for_whom: str = "") -> str:
+    """The line a person reads after deciding: "You approved Deploy for carol." when they
+    decided as someone's delegate."""
+    return f"You {verb} {title}{f' for {for_whom}' if for_whom else ''}."
+
+
 def decided_people(decisions) -> set[int]:
     """Who has decided, among these loaded decisions of one attempt (permissions.who_decided)."""
     return who_decided((d.user_id, d.on_behalf_of_id) for d in decisions)
@@ -265,12 +271,18 @@ def describe_rules(gate, rules) -> None:
     `decided_by` it, from the gate's loaded `decisions`), `open_rules`, `waits_on` (whom it
     waits on now, in words) and `rules_not_applied` (with why)."""
     gate.rules = rules
+    closed = gate.status != StepStatus.WAITING_APPROVAL  # decided, skipped or cancelled
     decided = [d for d in getattr(gate, "decisions", []) if d.attempt == gate.attempt]
-    for rule in rules:  # who counted toward it ("bob", "erin for carol")
+    for rule in rules:  # who counted toward it ("bob", "erin for carol"), and where it stands
         rule.decided_by = [f"{d.user} for {d.on_behalf_of}" if d.on_behalf_of_id
                            else str(d.user) for d in decided if d.rule_id == rule.pk]
+        rule.standing = ("met" if rule.met else "not met" if closed else "waiting"
+                         if rule.open else "opens when the rules before it are met")
     gate.open_rules = [rule for rule in rules if rule.open]
-    gate.waits_on = ", ".join(rule.audience for rule in gate.open_rules) or gate.approval_group
+    # A closed gate names every stage it had, not the first group of its spec.
+    audiences = rules if closed else gate.open_rules
+    gate.waits_on = (", ".join(dict.fromkeys(rule.audience for rule in audiences))
+                     or gate.approval_group)
     gate.rules_not_applied = rules_not_applied(gate, rules)
 
 

@@ -83,6 +83,19 @@ def next_slot(schedule: Schedule, after: datetime) -> datetime:
     return croniter(schedule.cron, local).get_next(datetime).astimezone(ZoneInfo("UTC"))
 
 
+def upcoming_slots(schedule: Schedule, now: datetime, count: int = 3) -> list[datetime]:
+    """The next `count` slots the schedule would start from `now` on, as it stands (none
+    when it is disabled; none past its `until`). A slot already due is the first."""
+    if not schedule.enabled or not (schedule.cron or schedule.interval_seconds):
+        return []
+    slot = schedule.next_run_at or next_slot(schedule, now)
+    slots = []
+    while len(slots) < count and not (schedule.until and slot > schedule.until):
+        slots.append(slot)
+        slot = next_slot(schedule, slot)
+    return slots
+
+
 @dataclass
 class TickReport:
     started: list[int] = field(default_factory=list)

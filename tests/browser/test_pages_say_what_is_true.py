@@ -114,3 +114,19 @@ def test_the_reassign_form_shows_its_button_at_desktop_widths(browser, live_serv
             "main")
     finally:
         context.close()
+
+
+def test_every_navigation_link_is_in_sight_on_a_phone(browser, live_server, django_user_model):
+    """At 390 px the navigation wraps: no link is scrolled out of sight with no sign of it."""
+    django_user_model.objects.create_superuser("root", "root@example.com", "pw-root")
+    context = browser.new_context(base_url=live_server.url, viewport={"width": 390,
+                                                                      "height": 800})
+    page = context.new_page()
+    try:
+        login(page, "root")
+        links = page.evaluate("""() => [...document.querySelectorAll("nav[aria-label=Main] a")]
+            .map(a => [a.innerText.trim(), a.getBoundingClientRect().right])""")
+        assert len(links) >= 8, links  # every page a superuser has, Deadlines to Admin
+        assert [name for name, right in links if right > 390] == []
+    finally:
+        context.close()

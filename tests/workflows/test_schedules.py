@@ -275,3 +275,24 @@ def test_the_admin_schedule_form_has_until_and_retries_and_shows_each_slot(admin
         assert field in page, field
     run = Run.objects.get()
     assert f"#{run.pk}" in page and "Started (open)" in page
+
+
+def test_upcoming_slots_follow_the_schedule_and_stop_at_its_end(release_spec):
+    item = schedule(cron="0 2 * * *", timezone="Europe/Paris", next_run_at=None,
+                    until=datetime(2026, 12, 3, 12, 0, tzinfo=UTC))
+    assert schedules.upcoming_slots(item, T0) == [datetime(2026, 12, 2, 1, 0, tzinfo=UTC),
+                                                  datetime(2026, 12, 3, 1, 0, tzinfo=UTC)]
+    item.enabled = False
+    assert schedules.upcoming_slots(item, T0) == []
+
+
+def test_the_admin_change_page_says_when_the_next_runs_start_or_why_none(admin_client,
+                                                                         release_spec):
+    item = schedule(cron="30 6 * * *", timezone="Asia/Tokyo")
+    page = admin_client.get(f"/admin/workflows/schedule/{item.pk}/change/").content.decode()
+    assert "Next runs" in page
+    assert page.count("06:30 Asia/Tokyo (in ") == 3, page
+
+    Schedule.objects.filter(pk=item.pk).update(enabled=False)
+    page = admin_client.get(f"/admin/workflows/schedule/{item.pk}/change/").content.decode()
+    assert "none: the schedule is disabled" in page

@@ -397,11 +397,12 @@ def decide_many(step_ids: list[int], *, user, decision: str, comment: str = "",
     for gate in gates.order_by("pk"):
         try:
             if decision == "approve":
-                approve(gate.run, gate.key, user=user, comment=comment, channel=Channel.BULK,
-                        seen=seen.get(gate.pk, ""))
+                checkpoint = approve(gate.run, gate.key, user=user, comment=comment,
+                                     channel=Channel.BULK, seen=seen.get(gate.pk, ""))
             else:
-                reject(gate.run, gate.key, user=user, comment=comment, channel=Channel.BULK,
-                       seen=seen.get(gate.pk, ""))
+                checkpoint = reject(gate.run, gate.key, user=user, comment=comment,
+                                    channel=Channel.BULK, seen=seen.get(gate.pk, ""))
+            gate.decided_for = (checkpoint.evidence or {}).get("for", "")  # as whose delegate
             decided.append(gate)
         except WorkflowError as exc:
             refused[gate.pk] = str(exc)

@@ -11,7 +11,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 
 from tollgate.query import whole_number
-from workflows import clock, engine
+from workflows import briefs, clock, engine
 from workflows.delivery import links
 from workflows.models import (
     Approval,
@@ -105,7 +105,8 @@ def inbox_bulk(request):
                 comment=request.POST.get("comment", ""),
                 seen={pk: request.POST.get(f"seen-{pk}", "") for pk in picked})
             verb = "approved" if request.POST.get("decision") == "approve" else "rejected"
-            done = [f"You {verb} {gate.title} ({gate.run})." for gate in decided]
+            done = [briefs.you_decided(verb, f"{gate.title} ({gate.run})", gate.decided_for)
+                    for gate in decided]
         except engine.WorkflowError as exc:
             problem = str(exc)
     watching = polls.inbox_versions(request)  # before the rows

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from tollgate.exports import csv_download
 from tollgate.paging import page_of
 from tollgate.query import int_param
-from workflows import engine, permissions, selectors
+from workflows import briefs, engine, permissions, selectors
 from workflows.engine import policy
 from workflows.models import (
     OPEN_RUN_STATUSES,
@@ -304,10 +304,12 @@ def decide(request, pk: int, key: str, action: str, data, signature):
         checkpoint = engine.approve(pk, key, user=request.user, comment=comment,
                                     values=posted_values(data), posted=True, channel=via,
                                     signature=signature, seen=seen)
-        return checkpoint, f"You approved {checkpoint.step.title}."
-    checkpoint = engine.reject(pk, key, user=request.user, comment=comment, channel=via,
-                               signature=signature, seen=seen)
-    return checkpoint, f"You rejected {checkpoint.step.title}."
+    else:
+        checkpoint = engine.reject(pk, key, user=request.user, comment=comment, channel=via,
+                                   signature=signature, seen=seen)
+    verb = "approved" if action == "approve" else "rejected"
+    return checkpoint, briefs.you_decided(verb, checkpoint.step.title,
+                                          (checkpoint.evidence or {}).get("for", ""))
 
 
 @require_POST
