@@ -5,7 +5,9 @@ from __future__ import annotations
 
 TALLY = {"faults injected": 0, "runs checked": 0, "overlapping attempts": 0, "results lost": 0,
          "compensations run twice": 0, "steps stuck": 0, "mails and webhooks lost": 0,
-         "HTTP 500s": 0, "anomalies found": 0}
+         "HTTP 500s": 0, "anomalies found": 0, "claims charged that never began": 0,
+         "finished commands run again after a partition": 0,
+         "results vanished without a stale result": 0}
 ANOMALIES: list[str] = []
 
 

@@ -5,6 +5,7 @@ step over, the cut-off attempt's report is refused by its lease token, and nothi
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import time
@@ -106,3 +107,54 @@ def test_worker_host_cut_off_longer_than_its_lease(consumers, worker_host, tmp_p
         # One attempt on each side of the cut, the first stopped before its end.
         tried = attempts[(str(run_id), "work")]
         assert len(tried) == step.attempt >= 2 and not tried[0]["ended"] and tried[-1]["ended"]
+
+
+def test_a_command_that_finishes_during_a_long_cut_runs_again_as_the_readme_says(
+        consumers, worker_host, tmp_path, settings):
+    """The one case where a command on a host that survives runs twice, exactly as the
+    README says: the host is cut off, its command runs to its end (exit 0) during the cut,
+    and the cut outlasts the lease plus the kill grace, so this side runs the step again.
+    The cut also outlasts the report window, and still nothing vanishes: when the host comes
+    back its result is recorded as a stale result with its exit code and output digest."""
+    log = tmp_path / "attempts.log"
+    settings.TOLLGATE_SPOOL_DIR = str(tmp_path / "spool")
+    # A lease long enough that the command (2 s) ends well before its fence would stop it.
+    env = {"TOLLGATE_SPOOL_DIR": settings.TOLLGATE_SPOOL_DIR, "TOLLGATE_LEASE_SECONDS": "6"}
+    spec = store_spec({"name": "finished-in-the-cut", "steps": [
+        {"key": "work", "max_retries": 5,
+         "run": {"shell": logged_shell(log, 2) + "; echo shipped"}}]})[0]
+    remote_env = {**env, "DATABASE_URL": reached_from(worker_host, database_url()),
+                  "TOLLGATE_SPOOL_DIR": str(tmp_path / "cut-off-spool"),
+                  "TOLLGATE_REPORT_RETRY_SECONDS": "3",
+                  "TOLLGATE_PG_TCP_USER_TIMEOUT_SECONDS": "2"}
+    if django_settings.HUEY["huey_class"] != "huey.SqliteHuey":
+        remote_env["TOLLGATE_REDIS_URL"] = reached_from(worker_host, django_settings.HUEY["url"])
+    consumers(workers=2, netns=worker_host.name, container=HOST, **remote_env)
+    local = consumers(workers=2, **env)
+    os.kill(local.pid, signal.SIGSTOP)
+    try:
+        run = engine.open_run(spec).run
+        wait_for(lambda: read(log).get((str(run.pk), "work")), 60, 0.02,
+                 what="the cut-off host's command to begin")
+        worker_host.cut()  # as its command begins, long before its end and its report
+        injected()
+    finally:
+        os.kill(local.pid, signal.SIGCONT)
+    try:
+        wait_for(lambda: Run.objects.get(pk=run.pk).status == "completed", 120, 0.25,
+                 what="this side to run the step again and complete it")
+        first = read(log)[(str(run.pk), "work")][0]
+        assert first["ended"], "the command ran to its end on the cut-off host"
+        time.sleep(4)  # past the report window on the cut-off host
+    finally:
+        worker_host.heal()
+    stale = wait_for(lambda: Checkpoint.objects.filter(run=run, kind="stale_result").first(),
+                     120, 0.25, what="the cut-off host's result to be recorded as stale")
+    tried = read(log)[(str(run.pk), "work")]
+    twice = sum(attempt["ended"] for attempt in tried) - 1
+    TALLY["finished commands run again after a partition"] += twice
+    vanished = 0 if stale.evidence.get("exit_code") == 0 else 1
+    TALLY["results vanished without a stale result"] += vanished
+    assert twice == 1 and vanished == 0, (tried, stale.evidence)
+    assert stale.evidence["output_sha256"] == hashlib.sha256(b"shipped\n").hexdigest()
+    assert overlaps(log) == [] and check_run(run.pk) == []

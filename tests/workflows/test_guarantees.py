@@ -32,13 +32,12 @@ def work_spec(name="w", **step):
 
 
 def claimed(run, holder):
-    """The step claimed by `holder` and begun (its mark in the spool), its lease run out."""
-    from workflows.workers import spool
-
+    """The step claimed by `holder` and begun (a lone claim begins at once), its lease run
+    out."""
     step = Step.objects.get(run=run, key="a")
     engine.claim_step(step.pk, owner="w1", lease_seconds=30, holder=holder)
     step.refresh_from_db()
-    spool.mark_began("step", step.pk, step.lease_token)
+    assert step.began_at is not None
     Step.objects.filter(pk=step.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     return step
 
@@ -67,33 +66,77 @@ class TestSweeperChecksTheHolder:
         assert sweeper.sweep().expired == 1
         assert Step.objects.get(pk=step.pk).status == "retrying"
 
-    def test_a_dead_holders_unstarted_steps_are_given_back_unspent(self, settings, tmp_path):
-        """A consumer on this machine claimed a batch of three and was killed with SIGKILL
-        while the first ran: the first is charged its attempt (it began), the other two are
-        given back with none spent, so with no retries left they still run."""
+    @pytest.mark.parametrize("where", ["this machine", "another machine", "another pid namespace"])
+    def test_a_lost_holders_unstarted_steps_are_given_back_unspent_wherever_it_ran(
+            self, settings, where):
+        """A consumer claimed a batch of three and was lost while the first ran: the first
+        is charged its attempt (it began), the other two, which the database knows never
+        began, are given back with none spent (so with no retries left they still run),
+        at once, wherever the holder ran: nothing of them could be running anywhere."""
         from workflows.engine import batches
-        from workflows.workers import spool
 
-        settings.TOLLGATE_SPOOL_DIR = str(tmp_path / "spool")
+        settings.TOLLGATE_KILL_GRACE_SECONDS = 3600  # a holder elsewhere is waited for long
         spec = work_spec("batch", max_retries=0)
         runs = [engine.open_run(spec).run for _ in range(3)]
         me = processes.this_process()
-        ghost = processes.Holder(me.host, me.boot_id, me.pid, (me.started or 0) + 1,
-                                 me.pidns)
+        ghost = {"this machine": processes.Holder(me.host, me.boot_id, me.pid,
+                                                  (me.started or 0) + 1, me.pidns),
+                 "another machine": processes.Holder("elsewhere", "another-boot", 4242, 99),
+                 "another pid namespace": processes.Holder(me.host, me.boot_id, 1, 5,
+                                                           "pid:[4026999999]")}[where]
         batch = batches.claim_many(engine.Chain("w1", 30, ghost), 3)
         assert len(batch) == 3
-        first = batch[0]
-        spool.mark_began("step", first.pk, first.lease_token)
+        first, rest = batch[0], batch[1:]
+        assert Step.objects.get(pk=first.pk).began_at is not None
+        assert not Step.objects.filter(pk__in=[s.pk for s in rest], began_at__isnull=False)
         Step.objects.filter(pk__in=[s.pk for s in batch]).update(
             lease_expires_at=timezone.now() - timedelta(seconds=1))
         report = sweeper.sweep()
-        assert (report.expired, report.released) == (1, 2)
-        assert Step.objects.get(pk=first.pk).status == "failed"  # began, no retries left
-        for step in batch[1:]:
+        assert report.released == 2
+        assert report.expired == (1 if where == "this machine" else 0)  # the grace, elsewhere
+        for step in rest:
             row = Step.objects.get(pk=step.pk)
-            assert row.status == "retrying" and row.lease_token == ""
-            assert Checkpoint.objects.filter(step=row, kind="step_released").count() == 1
-        assert {Run.objects.get(pk=r.pk).status for r in runs} >= {"failed", "running"}
+            assert (row.status, row.lease_token, row.attempt_base) == ("retrying", "", 1)
+            note = Checkpoint.objects.get(step=row, kind="step_released")
+            assert "lease ran out before its turn came" in note.summary
+            assert "no attempt spent" in note.summary
+        assert not Checkpoint.objects.filter(step__in=[s.pk for s in rest],
+                                             kind="step_failed").exists()
+
+    def test_a_step_whose_turn_came_is_begun_and_no_longer_given_back(self):
+        from workflows.engine import batches
+
+        runs = [engine.open_run(work_spec("turns")).run for _ in range(2)]
+        ghost = processes.Holder("elsewhere", "another-boot", 4242, 99)
+        first, second = batches.claim_many(engine.Chain("w1", 30, ghost), 2)
+        assert engine.mark_began(second.pk, second.lease_token)
+        assert not engine.mark_began(second.pk, "another attempt's token")
+        Step.objects.filter(pk__in=[first.pk, second.pk]).update(
+            lease_expires_at=timezone.now() - timedelta(seconds=1))
+        assert sweeper.sweep().released == 0
+        assert {Step.objects.get(pk=s.pk).status for s in (first, second)} == {"running"}
+        assert len(runs) == 2
+
+    def test_a_live_holder_that_let_go_gives_back_what_it_had_not_begun(self):
+        """Its database was away past the lease, so it let go of its claims: the one it had
+        begun is reclaimed saying the worker let go (and stopped it), not that it is gone;
+        the ones it had not begun go back unspent."""
+        from workflows.engine import batches
+        from workflows.recovery import presence
+
+        spec = work_spec("letgo", max_retries=1)
+        for _ in range(3):
+            engine.open_run(spec)
+        batch = batches.claim_many(engine.Chain("w1", 30, processes.this_process()), 3)
+        presence.report([f"step:{s.pk}" for s in batch])
+        Step.objects.filter(pk__in=[s.pk for s in batch]).update(
+            lease_expires_at=timezone.now() - timedelta(seconds=1))
+        presence.report([])  # after the lease ran out, holding none of them
+        report = sweeper.sweep()
+        assert (report.expired, report.released) == (1, 2)
+        failed = Checkpoint.objects.get(step=batch[0].pk, kind="step_retrying")
+        assert "let go by its worker, which lives" in failed.summary
+        assert "gone" not in failed.summary
 
     def test_a_gone_holder_is_reclaimed(self):
         run = engine.open_run(work_spec()).run

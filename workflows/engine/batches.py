@@ -91,9 +91,11 @@ def record_many(reports: list[Report], *, chain: Chain | None = None,
                     if step is not None:
                         claimed.append(chain_start(state, step, chained[run_id].announcement,
                                                    chain))
+        waiting_turns(claimed[1:])
         flush_all(list(states.values()))
         if chain is not None and len(claimed) < limit:
-            claimed += _claim_others(chain, limit - len(claimed), besides=tuple(states))
+            claimed += _claim_others(chain, limit - len(claimed), besides=tuple(states),
+                                     first=not claimed)
     return checkpoints, claimed
 
 
@@ -105,10 +107,20 @@ def _record(state: RunState, report: Report) -> tuple[Checkpoint, bool]:
     return fail_reported(state, report.key, retryable=report.retryable, **common), True
 
 
-def _claim_others(chain: Chain, limit: int, besides: tuple[int, ...]) -> list[Step]:
+def _claim_others(chain: Chain, limit: int, besides: tuple[int, ...],
+                  first: bool = True) -> list[Step]:
     """In the caller's transaction, claim up to `limit` steps from the runs served next that
-    no other transaction holds (see claim_many)."""
+    no other transaction holds (see claim_many); `first`: the batch begins with them."""
     states = read_locked(next_claimable_runs(limit, besides=besides))
     claimed = [step for state in states if (step := take_first(state, chain)) is not None]
+    waiting_turns(claimed[1:] if first else claimed)
     flush_all(states)
     return claimed
+
+
+def waiting_turns(steps: list[Step]) -> None:
+    """Claimed behind others in a batch, whose steps run in turn: each begins only when its
+    turn comes (the worker writes `began_at` then, steps.mark_began). Until then the
+    database knows it as not begun, so a holder lost meanwhile costs it no attempt."""
+    for step in steps:
+        step.began_at = None

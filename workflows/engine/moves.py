@@ -134,7 +134,7 @@ def begin_attempt(step: Step, now) -> None:
     """A worker or an agent starts a new attempt of the step."""
     step.status = StepStatus.RUNNING
     step.attempt += 1
-    step.started_at = now
+    step.started_at = step.began_at = now
     step.finished_at = None
     step.retry_after = None
 

@@ -3,6 +3,7 @@ skipped; and the leases that fence a worker's attempt."""
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -146,18 +147,29 @@ def _start(state: RunState, step: Step, actor, owner: str, lease_seconds,
     return step
 
 
-def _stale(state: RunState, step, actor, lease_token, what: str) -> Checkpoint:
+def _stale(state: RunState, step, actor, lease_token, what: str, reported=None) -> Checkpoint:
+    """A result whose lease moved on is kept as evidence, never applied: what it said (its
+    exit code, and a digest of its output, which is not kept) beside the lease it had."""
+    evidence = {"token": lease_token, "current_token": step.lease_token}
+    reported = reported if isinstance(reported, dict) else {}
+    if "exit_code" in reported:
+        evidence["exit_code"] = reported["exit_code"]
+    if "stdout" in reported or "stderr" in reported:  # a command's report, even if silent
+        output = "".join(str(reported.get(name) or "") for name in ("stdout", "stderr"))
+        evidence["output_sha256"] = hashlib.sha256(output.encode()).hexdigest()
     return commit(
         state, CheckpointKind.STALE_RESULT, actor=actor, step=step,
         summary=f"Ignored a {what} result for {step.key}: its lease was lost "
                 f"(step is {step.status}).",
-        evidence={"token": lease_token, "current_token": step.lease_token},
+        evidence=evidence,
     )
 
 
-def _reported_step(state: RunState, key: str, actor, lease_token, verb: str, gate_verb: str):
+def _reported_step(state: RunState, key: str, actor, lease_token, verb: str, gate_verb: str,
+                   reported=None):
     """(step, None) for a step a worker or agent may report on now, or (step, checkpoint)
-    when the report carries a lease token that is no longer current."""
+    when the report carries a lease token that is no longer current (`reported`: the
+    report's evidence, for the stale result's record)."""
     run = state.run
     step = state.step(key)
     if lease_token is not None and (
@@ -169,7 +181,7 @@ def _reported_step(state: RunState, key: str, actor, lease_token, verb: str, gat
             return step, (Checkpoint.objects.filter(run_id=run.pk, step_id=step.pk)
                           .order_by("-seq").first())
         outcome = {"complete": "completed", "fail": "failed"}[verb]
-        return step, _stale(state, step, actor, lease_token, outcome)
+        return step, _stale(state, step, actor, lease_token, outcome, reported)
     require_open(run, f"{verb} {key}")
     if step.kind == StepKind.APPROVAL:
         raise IllegalTransition(f"{key} is an approval gate; {gate_verb} it instead.")
@@ -210,7 +222,8 @@ def complete_reported(state: RunState, key: str, *, actor, summary: str = "", ev
                       lease_token: str | None = None) -> tuple[Checkpoint, bool]:
     """complete_step on a locked run's rows; also says whether the step completed now
     (False: the report was stale, or repeated and recorded already)."""
-    step, stale = _reported_step(state, key, actor, lease_token, "complete", "approve")
+    step, stale = _reported_step(state, key, actor, lease_token, "complete", "approve",
+                                 evidence)
     if stale:
         return stale, False
     patch = merge_state(state.run, state_patch)
@@ -292,7 +305,7 @@ def fail_step(run, key: str, *, actor=None, summary: str = "", evidence=None,
 def fail_reported(state: RunState, key: str, *, actor, summary: str = "", evidence=None,
                   lease_token: str | None = None, retryable: bool = True) -> Checkpoint:
     """fail_step on a locked run's rows."""
-    step, stale = _reported_step(state, key, actor, lease_token, "fail", "reject")
+    step, stale = _reported_step(state, key, actor, lease_token, "fail", "reject", evidence)
     if stale:
         return stale
     step.finished_token = lease_token or ""
@@ -570,6 +583,14 @@ def renew_leases(leases: dict[int, str], seconds: float) -> set[int]:
     return renewed
 
 
+def mark_began(step_id: int, token: str) -> bool:
+    """A step claimed behind others in a batch begins now (`began_at`, written before its
+    work starts). False when the lease is no longer this token's (taken back, given back,
+    cancelled): then it must not begin."""
+    return bool(Step.objects.filter(pk=step_id, lease_token=token, status=StepStatus.RUNNING)
+                .update(began_at=clock.now()))
+
+
 def record_child(step_id: int, token: str, pid: int, pgid: int) -> bool:
     """Note the command a running attempt spawned (shown on the run page while it runs)."""
     return bool(Step.objects.filter(pk=step_id, lease_token=token, status=StepStatus.RUNNING)
@@ -624,17 +645,23 @@ def _expire(state: RunState, step, actor, why: str = "", now=None) -> Checkpoint
                  evidence)
 
 
-def release_unstarted(leases: dict[int, str], *, actor) -> list[Checkpoint]:
+NOT_STARTED = "Claimed in a batch but not started: given back, no attempt spent"
+
+
+def release_unstarted(leases: dict[int, str], *, actor, why: str = NOT_STARTED,
+                      unless_began: bool = False) -> list[Checkpoint]:
     """Give back steps a worker claimed (in a batch) and never started, {step id: lease
     token}: each is ready again at once and no attempt is spent (its retry window moves on
     with it). A step whose lease is no longer that token (reclaimed, finished, cancelled)
-    is left as it is."""
+    is left as it is; so is one whose record says it began, when `unless_began` (the
+    sweeper's call: only the record speaks for a holder it cannot ask)."""
     done = []
     for step_id, token in leases.items():
         with locked(None, step_id=step_id) as state:
             step = state.find(step_id)
             if (step is None or step.status != StepStatus.RUNNING or not token
-                    or step.lease_token != token):
+                    or step.lease_token != token
+                    or (unless_began and step.began_at is not None)):
                 continue
             clear_lease(step)
             step.status = StepStatus.RETRYING
@@ -642,8 +669,7 @@ def release_unstarted(leases: dict[int, str], *, actor) -> list[Checkpoint]:
             step.rung_at = None  # it needs a doorbell again
             step.attempt_base += 1  # the attempt it was claimed for never ran
             done.append(commit(state, CheckpointKind.STEP_RELEASED, actor=actor, step=step,
-                               summary="Claimed in a batch but not started: given back, "
-                                       "no attempt spent"))
+                               summary=why))
     return done
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q, Value
-from django.db.models.functions import Coalesce, Concat, Lower
+from django.db.models.functions import Coalesce, Concat, Lower, Now
 from django.utils import timezone
 
 from goals.models import Priority
@@ -355,6 +355,12 @@ class Step(HeldByProcess):
                                   db_index=False)  # indexed where set (Meta)
     child_pid = models.PositiveIntegerField(null=True, blank=True)
     child_pgid = models.PositiveIntegerField(null=True, blank=True)
+    # When the attempt's work began, written before it begins: at the claim, or, for a step
+    # claimed in a batch behind others, when its turn came (null until then). A lease that
+    # runs out with none was never begun, whoever held it, and is given back unspent. Rows
+    # written by code from before it (an upgrade under way) take the database's default,
+    # a time: they count as begun, as they were judged then.
+    began_at = models.DateTimeField(null=True, blank=True, default=None, db_default=Now())
     # When the sweeper found the lease overdue with its holder alive (noted once an attempt).
     overdue_noted_at = models.DateTimeField(null=True, blank=True)
     # Who added the step while the run ran (empty for the spec's own steps).

@@ -29,7 +29,7 @@ from workflows.models import (
     StepStatus,
     Worker,
 )
-from workflows.workers import spool, worker
+from workflows.workers import worker
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class SweepReport:
 
 HOLDER_FIELDS = ("pk", "run_id", "lease_token", "lease_expires_at", "holder_host",
                  "holder_boot_id", "holder_pidns", "holder_pid", "holder_started",
-                 "overdue_noted_at")
+                 "overdue_noted_at", "began_at", "lease_owner")
 
 
 LET_GO = "let go"  # the holder lives, but has said it no longer holds the lease
@@ -66,14 +66,11 @@ def let_go(row: dict) -> bool:
             and f"step:{row['pk']}" not in (seen[1] or []))
 
 
-def never_began(row: dict, state: str) -> bool:
-    """Did a dead holder on this machine claim this step (in a batch) and die before it
-    began? Its begun-mark and spool folder are here to say: no mark, no folder, never
-    begun. A holder elsewhere cannot be judged so (its spool is not ours)."""
-    me = processes.this_process()
-    return (state == processes.GONE and row["holder_host"] == me.host[:200]
-            and processes.local(row["holder_boot_id"], row["holder_pidns"])
-            and not spool.began("step", row["pk"], row["lease_token"]))
+# A claim whose lease ran out before its work began: the record says so, whoever held it.
+NEVER_BEGAN = ("Claimed in a batch; its lease ran out before its turn came (its worker was "
+               "lost, cut off or let go of it): given back, no attempt spent")
+LET_GO_WHY = ("Lease of {owner} let go by its worker, which lives: its database was away "
+              "longer than the lease, so it stopped the command it had begun")
 
 
 def expired_leases(now, limit: int) -> list[dict]:
@@ -108,13 +105,17 @@ def sweep(now=None, limit: int = 1000) -> SweepReport:
         log.exception("Could not record the spool's orphaned results")
     gone_by_run: dict[int, list[int]] = {}
     unstarted: list[dict] = []
+    let_go_rows: list[dict] = []
     for row in expired_leases(now, limit):
         try:
+            if row["began_at"] is None:  # never begun: nothing of it can run or be lost
+                unstarted.append(row)
+                continue
             gone, state = holder_gone(row, now)
             if gone and worker.record_finished("step", row["pk"], row["lease_token"]):
                 report.recorded += 1
-            elif gone and never_began(row, state):
-                unstarted.append(row)
+            elif gone and state == LET_GO:
+                let_go_rows.append(row)
             elif gone:
                 gone_by_run.setdefault(row["run_id"], []).append(row["pk"])
             elif state == processes.ALIVE and row["overdue_noted_at"] is None:
@@ -125,12 +126,17 @@ def sweep(now=None, limit: int = 1000) -> SweepReport:
     if unstarted:
         try:
             report.released = len(engine.release_unstarted(
-                {row["pk"]: row["lease_token"] for row in unstarted}, actor="sweeper"))
-        except Exception:
-            log.exception("Could not give back %d unstarted step(s); reclaiming them",
-                          len(unstarted))
-            for row in unstarted:
-                gone_by_run.setdefault(row["run_id"], []).append(row["pk"])
+                {row["pk"]: row["lease_token"] for row in unstarted}, actor="sweeper",
+                why=NEVER_BEGAN, unless_began=True))
+        except Exception:  # the next sweep tries again; none of them can begin meanwhile
+            log.exception("Could not give back %d unstarted step(s)", len(unstarted))
+    for row in let_go_rows:
+        try:
+            why = LET_GO_WHY.format(owner=row["lease_owner"] or "its worker")
+            report.expired += bool(engine.expire_lease(row["pk"], why=why))
+        except Exception as exc:
+            report.failed += 1
+            note_failure(row["run_id"], row["pk"], "reclaim its lease", exc)
     runs = sorted(gone_by_run)
     for start in range(0, len(runs), RUNS_PER_BATCH):
         batch = {run_id: gone_by_run[run_id] for run_id in runs[start:start + RUNS_PER_BATCH]}

@@ -92,40 +92,6 @@ def open_folder(lease: dict) -> Path:
     return folder
 
 
-def _began(kind: str, pk: int, token: str) -> Path:
-    """Beside the attempts' folders, not among them."""
-    here = root()
-    return here.with_name(f"{here.name}.began") / f"{kind}-{pk}-{token}"
-
-
-def mark_began(kind: str, pk: int, token: str) -> None:
-    """Note, before it starts, that this leased attempt began: a consumer killed with
-    SIGKILL leaves the steps it claimed and never began without this mark, and the sweeper
-    on this machine gives those back unspent (`began`). No fsync: a machine that loses the
-    mark lost the attempt's process too. A mark that cannot be written (a full disk) is
-    logged, and the attempt runs."""
-    path = _began(kind, pk, token)
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
-    except OSError:
-        log.warning("Could not mark %s %s as begun", kind, pk, exc_info=True)
-
-
-def forget_began(kind: str, pk: int, token: str) -> None:
-    try:
-        _began(kind, pk, token).unlink(missing_ok=True)
-    except OSError:
-        pass
-
-
-def began(kind: str, pk: int, token: str) -> bool:
-    """Did this leased attempt begin on this machine (its mark, or its folder: a command
-    running or a result kept)?"""
-    return (_began(kind, pk, token).exists()
-            or folder_of({"kind": kind, "id": pk, "token": token}).exists())
-
-
 def _let_go(folder: Path) -> None:
     """This process no longer holds the folder: whoever looks may take it."""
     with _held_guard:

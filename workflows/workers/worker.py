@@ -168,9 +168,7 @@ class LeaseKeeper:
     def release(self, kind: str, pk: int) -> None:
         """The attempt is over (recorded, kept in the spool, or never begun)."""
         with self.lock:
-            lease = self.leases.pop((kind, pk), None)
-        if lease is not None:
-            spool.forget_began(kind, pk, lease.token)
+            self.leases.pop((kind, pk), None)
 
     def run(self) -> None:
         idle = False
@@ -333,8 +331,10 @@ def _run_in_group(step: Step, owner: str, group: groups.Group) -> None:
             KEEPER.release("step", step.pk)
             _give_back([step], owner)
             return
+        if step.began_at is None and not _begin_turn(step):
+            KEEPER.release("step", step.pk)  # not ours any more, or no database to say so
+            return
         context = _context(step)
-        spool.mark_began("step", step.pk, step.lease_token)
         step.began = True
         if "workflow" in step.config["run"]:
             try:
@@ -345,6 +345,19 @@ def _run_in_group(step: Step, owner: str, group: groups.Group) -> None:
         outcome = _attempt(step.config["run"], context, step.run.shared_state, step.stop,
                            partial(_spawned, step.pk, step.lease_token))
         group.add(Finished(step, owner, outcome))
+
+
+def _begin_turn(step: Step) -> bool:
+    """Write that a step claimed behind others in the batch begins now, before it does: a
+    holder lost before this leaves the step unbegun in the database, given back unspent by
+    the sweeper wherever the holder ran. False: it must not begin (its lease is gone, or
+    the database cannot take the mark; then its lease runs out and it is given back)."""
+    try:
+        return engine.mark_began(step.pk, step.lease_token)
+    except DatabaseError:
+        connection.close()
+        log.warning("Could not mark step %s as begun; it is left to its lease", step.pk)
+        return False
 
 
 def _give_back(steps: list[Step], owner: str) -> None:
@@ -487,7 +500,6 @@ def _execute_attempt(step: Step, owner: str, chain: bool):
         KEEPER.release("step", step.pk)
         _give_back([step], owner)
         return NOT_BEGUN
-    spool.mark_began("step", step.pk, token)
     try:
         if "workflow" in step.config["run"]:
             return _start_child(step, owner)
@@ -580,8 +592,9 @@ def _record_orphan(kind: str, pk: int, token: str, folder, why: str = "after it 
         log.warning("Spool folder %s names no %s of this database; left as it is",
                     folder.name, kind)
         return 0
-    if row.lease_token != token or row.status != "running":
-        spool.discard(folder)  # reclaimed, cancelled or recorded already
+    moved_on = row.lease_token != token or row.status != "running"
+    if moved_on and (kind != "step" or not spool.finished(folder)):
+        spool.discard(folder)  # reclaimed, cancelled or recorded already; nothing finished
         return 0
     if not spool.finished(folder):
         return 0  # nothing finished: the sweeper reclaims the lease
@@ -593,8 +606,11 @@ def _record_orphan(kind: str, pk: int, token: str, folder, why: str = "after it 
     kept = spool.kept_outcome(folder)
     outcome = Outcome(**kept) if kept is not None else outcome_of(folder, secrets)
     if kind == "step":
-        _record_step(row, token, f"worker {row.lease_owner} (recorded from its spool {why})",
-                     outcome)
+        # A lease that moved on meanwhile (a cut-off longer than the report window) keeps
+        # the result as a stale one, with its exit code and output digest; one recorded
+        # already is recognised by its token and not recorded twice.
+        holder = "a worker whose lease moved on" if moved_on else f"worker {row.lease_owner}"
+        _record_step(row, token, f"{holder} (recorded from its spool {why})", outcome)
     elif not outcome.ok and outcome.evidence.get("terminated") in ("owner_gone", "fenced"):
         compensations.release(pk, token)  # cut short with its worker: it runs again
     else:

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.db import DatabaseError, connection
+from django.utils import timezone
 
 from tests.support.processes import patience, wait_for
 from workflows import engine
@@ -117,7 +118,7 @@ def test_a_result_whose_lease_moved_on_in_the_batch_is_noted_stale(settings, mon
         Step.objects.filter(pk=step.pk).update(lease_expires_at=step.started_at)
         engine.expire_lease(step.pk, why="lease ran out")
 
-    before_attempting(monkeypatch, first, expire_second)
+    before_attempting(monkeypatch, second, expire_second)  # its turn came: it began
     worker.work()
     kinds = list(Checkpoint.objects.filter(run=second).order_by("seq")
                  .values_list("kind", flat=True))
@@ -125,6 +126,34 @@ def test_a_result_whose_lease_moved_on_in_the_batch_is_noted_stale(settings, mon
     # step's (the step failed with its lease, having no retries); its neighbour completed.
     assert "stale_result" in kinds and "step_completed" not in kinds
     assert Run.objects.get(pk=second.pk).status == "failed"
+    assert Run.objects.get(pk=first.pk).status == "completed"
+
+
+@pytest.mark.django_db
+def test_a_step_taken_back_before_its_turn_never_begins_and_runs_once_later(settings,
+                                                                            monkeypatch):
+    """The second step of a batch waits its turn while the first runs; its lease runs out
+    and the sweeper gives it back unspent (the database knows it never began). When its
+    turn comes the worker finds it is no longer its own and does not begin it; it runs
+    once, later, as a fresh claim."""
+    from workflows.recovery import sweeper
+
+    settings.TOLLGATE_GROUP_COMMIT_STEPS = 8
+    chain("line", 1)
+    first, second = engine.open_run("line").run, engine.open_run("line").run
+
+    def lease_of_second_runs_out():
+        Step.objects.filter(run=second).update(lease_expires_at=timezone.now())
+        assert sweeper.sweep().released == 1
+
+    before_attempting(monkeypatch, first, lease_of_second_runs_out)
+    worker.work()
+    kinds = list(Checkpoint.objects.filter(run=second).order_by("seq")
+                 .values_list("kind", flat=True))
+    assert kinds == ["run_opened", "step_started", "step_released", "step_started",
+                     "step_completed"], kinds
+    step = Step.objects.get(run=second)
+    assert step.attempt - step.attempt_base == 1  # one attempt spent, the one that ran
     assert Run.objects.get(pk=first.pk).status == "completed"
 
 

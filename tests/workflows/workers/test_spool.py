@@ -77,3 +77,30 @@ def test_a_held_folder_is_left_to_its_holder_until_it_lets_go(claimed):
     assert spool.orphans() == []  # held by this process: its own to record
     spool._let_go(folder)  # as when its process ends, however it ends
     assert [f for *_, f in spool.orphans()] == [folder]
+
+
+def test_a_finished_result_whose_lease_moved_on_is_kept_as_a_stale_result(claimed):
+    """A host cut off past the report window comes back with a command that ran to its
+    end: its lease was taken back and the step ran again meanwhile, so the result is not
+    applied, but it is not lost either: a stale result with its exit code and a digest of
+    its output."""
+    import hashlib
+
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from workflows.models import Checkpoint
+
+    Step.objects.filter(pk=claimed.pk).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1))
+    old = Step.objects.get(pk=claimed.pk)
+    engine.expire_lease(old.pk)  # the lease moved on (retried, then run again elsewhere)
+    folder = finished_folder(spool.root(), old, holder="{}")
+    assert worker.record_orphans(force=True) == 1
+    stale = Checkpoint.objects.get(step=old, kind="stale_result")
+    assert stale.evidence["token"] == old.lease_token and stale.evidence["exit_code"] == 0
+    assert stale.evidence["output_sha256"] == hashlib.sha256(
+        b"finished before its worker went\n").hexdigest()
+    assert "lease moved on" in stale.actor_name and not folder.exists()
+    assert Step.objects.get(pk=old.pk).status == "failed"  # no retry left; never applied
