@@ -77,7 +77,8 @@ class TestSweeperChecksTheHolder:
 
         settings.TOLLGATE_KILL_GRACE_SECONDS = 3600  # a holder elsewhere is waited for long
         spec = work_spec("batch", max_retries=0)
-        runs = [engine.open_run(spec).run for _ in range(3)]
+        for _ in range(3):
+            engine.open_run(spec)
         me = processes.this_process()
         ghost = {"this machine": processes.Holder(me.host, me.boot_id, me.pid,
                                                   (me.started or 0) + 1, me.pidns),

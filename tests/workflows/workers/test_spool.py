@@ -85,7 +85,6 @@ def test_a_finished_result_whose_lease_moved_on_is_kept_as_a_stale_result(claime
     applied, but it is not lost either: a stale result with its exit code and a digest of
     its output."""
     import hashlib
-
     from datetime import timedelta
 
     from django.utils import timezone
