@@ -7,14 +7,18 @@ the database at scrape time, in a few queries."""
 
 from __future__ import annotations
 
+import glob
 import logging
+import os
+import re
+import socket
 
 from django.db.models import Count, Min, Q
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, values
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from workflows import clock
+from workflows import clock, processes
 from workflows.models import (
     OPEN_RUN_STATUSES,
     CheckpointKind,
@@ -28,6 +32,40 @@ from workflows.models import (
 from workflows.recovery.presence import sweeper_late
 
 log = logging.getLogger(__name__)
+
+
+def process_identifier() -> str:
+    """Names this process's metrics files apart from every other's sharing the folder:
+    processes in containers are all pid 1 in pid namespaces of their own, on hosts of their
+    own names (`counter_web-1-4026532410-1.db`)."""
+    namespace = re.sub(r"\D", "", processes.pid_namespace()) or "ns"
+    host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:60] or "host"
+    return f"{host}-{namespace}-{os.getpid()}"
+
+
+def _values_kept_apart():
+    """The value class metrics are made with: files per process (process_identifier); and a
+    process whose file cannot be opened (corrupt, a full disk) counts in memory rather than
+    dying at import: its counts are missing from /metrics, and it says so once."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return values.ValueClass
+    in_files = values.MultiProcessValue(process_identifier=process_identifier)
+    warned = []
+
+    def value(*args, **kwargs):
+        try:
+            return in_files(*args, **kwargs)
+        except Exception:  # a metrics file must never stop the process
+            if not warned:
+                warned.append(True)
+                log.warning("Metrics file of process %s could not be used; its counts stay "
+                            "in memory", process_identifier(), exc_info=True)
+            return values.MutexValue(*args, **kwargs)
+
+    return value
+
+
+values.ValueClass = _values_kept_apart()
 
 STEP_EVENTS = {
     CheckpointKind.STEP_STARTED: "started", CheckpointKind.STEP_COMPLETED: "completed",
@@ -152,6 +190,26 @@ class DatabaseState:
 def scrape() -> bytes:
     """Every process's counters and histograms, added up, and the database's state."""
     registry = CollectorRegistry()
-    MultiProcessCollector(registry)
+    registry.register(ProcessFiles())
     registry.register(DatabaseState())
     return generate_latest(registry)
+
+
+class ProcessFiles:
+    """Every process's metrics files, added up; a file that cannot be read (cut short by a
+    crash) is left out and logged, and the rest are still served."""
+
+    def collect(self):
+        folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+        files = sorted(glob.glob(os.path.join(folder, "*.db"))) if folder else []
+        try:
+            return MultiProcessCollector.merge(files, accumulate=True)
+        except Exception:  # one bad file: find it
+            readable = []
+            for name in files:
+                try:
+                    MultiProcessCollector.merge([name], accumulate=True)
+                    readable.append(name)
+                except Exception:
+                    log.warning("Metrics file %s cannot be read; left out", name)
+            return MultiProcessCollector.merge(readable, accumulate=True)

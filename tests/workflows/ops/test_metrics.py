@@ -78,3 +78,35 @@ def test_the_grafana_dashboard_names_only_metrics_that_exist():
              for panel in dashboard["panels"] for target in panel["targets"]
              for name in re.findall(r"tollgate_\w+", target["expr"])}
     assert names and all(f'"{name}"' in source for name in names), names
+
+
+@pytest.mark.consumer
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="pid namespaces need root")
+def test_consumers_in_containers_on_one_node_keep_their_metrics_apart(consumers, tmp_path):
+    """Two consumers, each pid 1 in a pid namespace of its own, write to one metrics folder:
+    each writes files of its own (host, namespace and pid in the name), so a scrape adds
+    their counts up, and a consumer started beside a corrupt file still starts."""
+    import os
+
+    folder = tmp_path / "metrics"
+    folder.mkdir()
+    (folder / "counter_1.db").write_bytes(b"\x00" * 3)  # what a crash mid-write leaves
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(folder)}
+    store_spec({"name": "boxed", "steps": [
+        {"key": "s", "run": {"callable": "workflows.callables.noop"}}]})
+    for box in ("box-a", "box-b"):  # each runs four, the first gone when the second starts
+        consumer = consumers(workers=1, container=box, **env)
+        runs = [engine.open_run("boxed").run for _ in range(4)]
+        wait_for(lambda runs=runs: all(Run.objects.get(pk=r.pk).status == "completed"
+                                       for r in runs), 60, what=f"the runs to finish on {box}")
+        consumer.kill()
+    written = sorted(name for name in os.listdir(folder) if name.startswith("counter_box-"))
+    assert {name.split("-")[1] for name in written} == {"a", "b"}, written
+    os.environ["PROMETHEUS_MULTIPROC_DIR"], before = str(folder), os.environ[
+        "PROMETHEUS_MULTIPROC_DIR"]
+    try:
+        text = Client().get("/metrics").content.decode()
+    finally:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = before
+    assert value(text, "tollgate_steps_total", spec="boxed", kind="run",
+                 event="completed") == 8
