@@ -227,7 +227,8 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"  # filled by collectstatic; WhiteNoise serves it
+# Filled by collectstatic; WhiteNoise serves it (an image collects them outside its volume).
+STATIC_ROOT = Path(os.environ.get("TOLLGATE_STATIC_ROOT", VAR_DIR / "static"))
 STATIC_ROOT.mkdir(exist_ok=True)
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
@@ -248,6 +249,8 @@ LOGOUT_REDIRECT_URL = "login"
 SESSION_COOKIE_SECURE = not DEBUG and env_bool("TOLLGATE_SECURE_COOKIES", True)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_SSL_REDIRECT = not DEBUG and env_bool("TOLLGATE_SSL_REDIRECT", True)
+# Probes and scrapes come over plain HTTP from inside the cluster or the container.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 SECURE_HSTS_SECONDS = 0 if DEBUG else int(os.environ.get("TOLLGATE_HSTS_SECONDS", "31536000"))
 SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
 SECURE_HSTS_PRELOAD = not DEBUG
@@ -382,6 +385,9 @@ if not isinstance(TOLLGATE_SECRET_GRANTS, dict) or not all(
 # Run commands as this operating-system user (the worker must be root or hold CAP_SETUID), so
 # a command cannot read the worker's memory, environment or files. Empty: the worker's user.
 TOLLGATE_COMMAND_USER = os.environ.get("TOLLGATE_COMMAND_USER", "")
+# What this process's container or machine runs, for the deploy checks: "web" (the web app
+# and events server: no commands, no signing key), "consumer", or "all" (one machine).
+TOLLGATE_ROLE = os.environ.get("TOLLGATE_ROLE", "all")
 # Without a command user, `run_huey` refuses to start unless DEBUG or this says the risk is
 # taken: commands then run as the consumer's own account, which reads the audit's signing key.
 TOLLGATE_COMMANDS_AS_CONSUMER = env_bool("TOLLGATE_COMMANDS_AS_CONSUMER", False)

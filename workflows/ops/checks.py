@@ -39,7 +39,7 @@ def command_user(app_configs, **kwargs):
     except KeyError:
         return [Error(f"TOLLGATE_COMMAND_USER {name!r} is not an account on this machine.",
                       id="tollgate.E002")]
-    if os.geteuid() != 0:
+    if os.geteuid() != 0 and settings.TOLLGATE_ROLE != "web":
         return [Warning("TOLLGATE_COMMAND_USER is set but this process is not root: a worker "
                         "needs root (or CAP_SETUID and CAP_SETGID) to run commands as another "
                         "account.", id="tollgate.W002")]
@@ -72,9 +72,12 @@ def api_docs(app_configs, **kwargs):
 
 @register(Tags.security, deploy=True)
 def audit_key(app_configs, **kwargs):
-    """The key that seals the audit chains must be kept from those it guards against."""
+    """The key that seals the audit chains must be kept from those it guards against. A web
+    role (TOLLGATE_ROLE=web) neither seals nor runs commands: it needs neither."""
     import os
 
+    if settings.TOLLGATE_ROLE == "web":
+        return []
     if not os.environ.get("TOLLGATE_AUDIT_KEY_FILE"):
         return [Warning("TOLLGATE_AUDIT_KEY_FILE is not set: the key that seals the audit "
                         "chains is made in the var/ folder, beside the SQLite database, where "
@@ -152,4 +155,14 @@ def teams_tenant(app_configs, **kwargs):
                       "tenant is named.",
                       hint="Set it to the Directory (tenant) ID of the app registration.",
                       id="tollgate.E006")]
+    return []
+
+
+@register(Tags.security)
+def process_role(app_configs, **kwargs):
+    """The deploy checks read TOLLGATE_ROLE to know what this process's container runs."""
+    if settings.TOLLGATE_ROLE not in ("all", "web", "consumer"):
+        return [Error(f"TOLLGATE_ROLE {settings.TOLLGATE_ROLE!r} is not a role: use web "
+                      "(the web app and events server), consumer, or all.",
+                      id="tollgate.E010")]
     return []
