@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.processes import start_consumer, stop  # noqa: E402
+from tests.support.processes import patience, start_consumer, stop  # noqa: E402
 
 VAR = ROOT / "var"
 PG_ADMIN = os.environ.get("BENCH_PG_ADMIN_URL", "postgres://postgres@127.0.0.1:5432/postgres")
@@ -46,7 +46,8 @@ class Bench:
         if warm:
             from workflows.tasks import ping
 
-            ping().get(blocking=True, timeout=60)  # a consumer is up
+            # A consumer is up: however long a busy machine takes to start one.
+            ping().get(blocking=True, timeout=patience(60))
 
     def stop_consumers(self) -> None:
         for proc in self.consumers:
