@@ -52,9 +52,34 @@ def readiness() -> dict[str, str]:
     except Exception as exc:
         checks["database"] = f"{type(exc).__name__}: {exc}"[:300]
         connection.close()
+    if checks["database"] == "ok":
+        checks["schema"] = _schema_state()
     try:
         HUEY.pending_count()
         checks["queue"] = "ok"
     except Exception as exc:
         checks["queue"] = f"{type(exc).__name__}: {exc}"[:300]
     return checks
+
+
+_schema_current = False  # once current, it stays so for this process's code
+
+
+def _schema_state() -> str:
+    """"ok" when the database has every migration this code knows: a process of a new
+    release is not ready before the migration ran (a rolling upgrade, a stack coming up)."""
+    global _schema_current
+    if _schema_current:
+        return "ok"
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    try:
+        executor = MigrationExecutor(connection)
+        pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"[:300]
+    if pending:
+        return f"{len(pending)} migration(s) not applied yet: run manage.py migrate"
+    _schema_current = True
+    return "ok"

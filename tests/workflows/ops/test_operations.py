@@ -89,7 +89,7 @@ def test_readyz_answers_503_when_the_database_or_the_queue_is_away(monkeypatch):
     client = Client()
     ready = client.get("/readyz")
     assert ready.status_code == 200 and ready.json() == {
-        "ready": True, "checks": {"database": "ok", "queue": "ok"}}
+        "ready": True, "checks": {"database": "ok", "schema": "ok", "queue": "ok"}}
     from huey.contrib.djhuey import HUEY
 
     def away(*args, **kwargs):
@@ -100,6 +100,23 @@ def test_readyz_answers_503_when_the_database_or_the_queue_is_away(monkeypatch):
     assert response.status_code == 503 and response.json()["checks"]["queue"].startswith(
         "ConnectionError")
     assert client.get("/healthz").status_code == 200
+
+
+def test_readyz_is_503_until_the_database_has_every_migration(monkeypatch):
+    """A process of a new release is not ready before the migration ran."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    from workflows.ops import operations
+
+    monkeypatch.setattr(operations, "_schema_current", False)
+    monkeypatch.setattr(MigrationExecutor, "migration_plan",
+                        lambda self, targets: [("workflows", "0099_to_come")])
+    response = Client().get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["schema"] == ("1 migration(s) not applied yet: run "
+                                                   "manage.py migrate")
+    monkeypatch.undo()
+    assert Client().get("/readyz").status_code == 200
 
 
 def test_readyz_with_postgresql_and_redis_not_answering(tmp_path):
