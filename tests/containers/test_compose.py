@@ -76,7 +76,7 @@ def test_the_compose_stack_comes_up_and_runs_a_gated_run(image, service_images, 
         manage("shell", "-c", PEOPLE + (
             "\nfrom workflows.specs.storage import store_spec\n"
             "store_spec({'name': 'composed', 'steps': ["
-            "{'key': 'build', 'run': {'command': ['id', '-un']}},"
+            "{'key': 'build', 'run': {'command': ['id', '-u']}},"
             "{'key': 'qa', 'depends_on': ['build'], 'approval': {'group': 'qa'}},"
             "{'key': 'ship', 'depends_on': ['qa'], 'run': {'command': ['true']}}]})\n"))
         alice, bob = (Api(url, manage("create_token", who).split()[-1])
@@ -88,7 +88,9 @@ def test_the_compose_stack_comes_up_and_runs_a_gated_run(image, service_images, 
         bob.post(f"/api/runs/{run['id']}/steps/qa/approve", {"seen": gate["evidence_digest"]})
         wait_for(lambda: alice.get(f"/api/runs/{run['id']}")["status"] == "completed", 120,
                  0.5, what="the consumers to finish the run")
-        assert "tollgate-steps" in str(alice.get(f"/api/runs/{run['id']}/timeline"))
+        build = next(c for c in alice.get(f"/api/runs/{run['id']}/timeline")
+                     if c["step"] == "build" and c["kind"] == "step_completed")
+        assert build["evidence"]["stdout"] == "10002\n", build  # as tollgate-steps
     finally:
         compose(project, name, env, "down", "-v", "-t", "5")
 
