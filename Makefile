@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= localhost
 PORT ?= 8000
 
-.PHONY: install run test test-busy lint bench clean
+.PHONY: install run test test-busy test-containers image lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,23 @@ test: lint $(OIDC_PROVIDER) $(AXE)
 # The suite on a machine that other jobs keep busy: busy loops hold every core meanwhile.
 test-busy: lint $(OIDC_PROVIDER) $(AXE)
 	scripts/busy $(BUSY_LOOPS) -- scripts/test $(PYTEST_ARGS)
+
+# The image (Containerfile), with podman or docker. BASE= names another Python base image; where
+# no registry is reachable, `scripts/container-base` makes one from Debian's packages:
+#   make image BASE=localhost/tollgate-base:trixie
+IMAGE ?= localhost/tollgate:latest
+CONTAINER ?= podman
+image:
+	$(CONTAINER) build --format docker -t $(IMAGE) $(if $(BASE),--build-arg BASE=$(BASE)) \
+		$(IMAGE_BUILD_ARGS) -f Containerfile .
+
+# The image built on the offline base and run in each role with podman: the compose stack,
+# the Kubernetes manifests (podman kube play), a consumer container killed, an upgrade.
+# Needs PostgreSQL on 127.0.0.1:5432 and Redis on 6379, as the PostgreSQL pass does.
+test-containers: lint
+	TOLLGATE_CONTAINER_TESTS=1 DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/tollgate_containers} \
+		TOLLGATE_REDIS_URL=$${TOLLGATE_REDIS_URL:-redis://127.0.0.1:6379/0} \
+		scripts/test -n 0 tests/containers $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python bench/run.py

@@ -68,7 +68,7 @@ class Api:
     """The JSON API over HTTP with a person's token."""
 
     def __init__(self, url: str, token: str):
-        self.url, self.session = url, requests.Session()
+        self.url, self.token, self.session = url, token, requests.Session()
         self.session.headers["Authorization"] = f"Bearer {token}"
 
     def get(self, path: str) -> dict:

@@ -12,7 +12,9 @@ import logging
 import os
 import re
 import socket
+from datetime import timedelta
 
+from django.conf import settings
 from django.db.models import Count, Min, Q
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, values
 from prometheus_client.core import GaugeMetricFamily
@@ -23,11 +25,13 @@ from workflows.models import (
     OPEN_RUN_STATUSES,
     CheckpointKind,
     Notification,
+    OutboxMessage,
     PeriodicRun,
     Run,
     Step,
     StepStatus,
     WebhookDelivery,
+    Worker,
 )
 from workflows.recovery.presence import sweeper_late
 
@@ -123,6 +127,20 @@ class DatabaseState:
     """What is true now, read at scrape time."""
 
     def collect(self):
+        from workflows.ops.operations import readiness
+
+        checks = readiness()
+        ready = GaugeMetricFamily("tollgate_ready", "1 when each of what the app needs "
+                                  "answers (the database, its schema, the queue)",
+                                  labels=["check"])
+        for name, state in checks.items():
+            ready.add_metric([name], 1 if state == "ok" else 0)
+        yield ready
+        if checks["database"] != "ok":
+            return  # nothing else can be read; the alerts read tollgate_ready
+        yield from self.state()
+
+    def state(self):
         now = clock.now()
         open_runs = Q(run__status__in=OPEN_RUN_STATUSES)
         ready = GaugeMetricFamily("tollgate_steps_ready",
@@ -185,6 +203,19 @@ class DatabaseState:
         yield GaugeMetricFamily("tollgate_sweeper_late",
                                 "1 when no sweep has finished for three periods",
                                 value=1 if sweeper_late(now) else 0)
+        quiet = now - timedelta(seconds=3 * settings.TOLLGATE_SWEEP_SECONDS)
+        yield GaugeMetricFamily("tollgate_consumers_alive",
+                                "Consumer processes that reported within three sweep periods",
+                                value=Worker.objects.filter(last_seen__gte=quiet).count())
+        outbox = OutboxMessage.objects.filter(done_at=None).aggregate(
+            n=Count("pk"), oldest=Min("created_at"))
+        yield GaugeMetricFamily("tollgate_outbox_pending",
+                                "What transitions owe the outside world, not yet delivered",
+                                value=outbox["n"])
+        yield GaugeMetricFamily("tollgate_outbox_oldest_seconds",
+                                "How long the oldest undelivered outbox message has waited",
+                                value=(now - outbox["oldest"]).total_seconds()
+                                if outbox["oldest"] else 0)
 
 
 def scrape() -> bytes:

@@ -110,3 +110,24 @@ def test_consumers_in_containers_on_one_node_keep_their_metrics_apart(consumers,
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = before
     assert value(text, "tollgate_steps_total", spec="boxed", kind="run",
                  event="completed") == 8
+
+
+def test_the_alert_rules_pass_their_cases_and_name_only_metrics_that_exist():
+    """deploy/prometheus: promtool checks the rules and runs each alert's case; every metric
+    an alert reads is one Tollgate serves (or Prometheus's own `up`)."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from workflows.ops import metrics
+
+    folder = Path(__file__).resolve().parents[3] / "deploy" / "prometheus"
+    assert shutil.which("promtool"), "promtool (Debian's prometheus package) runs the cases"
+    for args in (["check", "rules", "tollgate-rules.yaml"],
+                 ["test", "rules", "tollgate-rules.test.yaml"]):
+        done = subprocess.run(["promtool", *args], cwd=folder, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+    source = Path(metrics.__file__).read_text()
+    rules = (folder / "tollgate-rules.yaml").read_text()
+    names = set(re.findall(r"tollgate_\w+(?=[{\s)])", rules))
+    assert len(names) >= 8 and all(f'"{name}"' in source for name in names), names
