@@ -12,6 +12,7 @@ import uuid
 import pytest
 import requests
 
+from ..browser.conftest import browser  # noqa: F401  (Debian's chromium, as in the browser tests)
 from ..support.containers import Stack, build
 from ..support.processes import free_port, wait_for
 

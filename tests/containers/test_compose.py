@@ -42,7 +42,8 @@ def compose(project: Path, name: str, env: dict, *args: str, timeout: float = 60
     return proc.stdout
 
 
-def test_the_compose_stack_comes_up_and_runs_a_gated_run(image, service_images, tmp_path):
+def test_the_compose_stack_comes_up_and_runs_a_gated_run(image, service_images, tmp_path,
+                                                         browser):
     project = tmp_path / "deploy"
     project.mkdir()
     shutil.copy(ROOT / "deploy" / "compose.yaml", project / "compose.yaml")
@@ -91,8 +92,29 @@ def test_the_compose_stack_comes_up_and_runs_a_gated_run(image, service_images, 
         build = next(c for c in alice.get(f"/api/runs/{run['id']}/timeline")
                      if c["step"] == "build" and c["kind"] == "step_completed")
         assert build["evidence"]["stdout"] == "10002\n", build  # as tollgate-steps
+        # The README's walk: the demo loaded, carol signs in and approves from her inbox.
+        manage("demo")
+        approve_in_the_browser(browser, url, "carol", "tollgate-demo")
     finally:
         compose(project, name, env, "down", "-v", "-t", "5")
+
+
+def approve_in_the_browser(browser, url: str, username: str, password: str) -> None:
+    """Sign in at the stack's own address and approve the first plain gate of the inbox."""
+    context = browser.new_context(base_url=url, viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto("/login/")
+        page.fill("input[name=username]", username)
+        page.fill("input[name=password]", password)
+        page.click("button:has-text('Sign in')")
+        page.wait_for_url("**/")
+        cards = page.locator("article.gate", has_text="QA sign-off")
+        assert cards.count() >= 1, page.inner_text("main")[:1500]
+        cards.first.locator(".decide form button.primary").first.click()
+        page.wait_for_selector("text=You approved QA sign-off", timeout=30_000)
+    finally:
+        context.close()
 
 
 def _ready(url: str) -> bool:
