@@ -230,7 +230,18 @@ def test_fault_campaign(consumers, tmp_path, settings):
     TALLY["anomalies found"] += len(undo_anomalies)
     ANOMALIES.extend(lapped + [f"lost: {c.summary}" for c in lost] + undo_anomalies)
     ANOMALIES.extend(stuck + ([f"{unsent} outbox message(s) not delivered"] if unsent else []))
+    # Consumers in containers on one node (each pid 1 in its own namespace) share the metrics
+    # folder: every consumer still runs, and /metrics adds them up.
+    alive = [consumer.proc.poll() is None for consumer in injector.pool]
+    from django.test import Client
+
+    scrape = Client().get("/metrics")  # from loopback, as a local Prometheus scrapes
+    ANOMALIES.extend([f"{alive.count(False)} consumer(s) died"] if not all(alive) else [])
+    ANOMALIES.extend([f"/metrics answered {scrape.status_code}"]
+                     if scrape.status_code != 200 else [])
     print(f"\ncampaign: {injector.counts}, runs {len(runs)}")
     assert lapped == [] and lost == [] and anomalies + undo_anomalies == [], (
         lapped, lost, anomalies, undo_anomalies)
     assert stuck == [] and unsent == 0 and TALLY["HTTP 500s"] == 0
+    assert all(alive) and scrape.status_code == 200
+    assert b'tollgate_steps_total{' in scrape.content
