@@ -115,3 +115,30 @@ def people(stack: Stack, url: str, *, image: str = "") -> tuple[Api, Api]:
     tokens = [stack.run("python", "manage.py", "create_token", who, image=image).split()[-1]
               for who in ("alice", "bob")]
     return Api(url, tokens[0]), Api(url, tokens[1])
+
+
+GATED = PEOPLE + """
+from workflows.specs.storage import store_spec
+store_spec({"name": "gated", "steps": [
+    {"key": "build", "run": {"command": ["id", "-u"]}},
+    {"key": "qa", "depends_on": ["build"], "approval": {"group": "qa"}},
+    {"key": "ship", "depends_on": ["qa"], "run": {"command": ["true"]}}]})
+"""
+
+
+def through_the_gate(manage, url: str) -> None:
+    """alice and bob made with `manage` (a management command in the stack: its output); a
+    run started by alice over the API, its gate approved by bob over HTTP, finished by a
+    consumer, its command run as tollgate-steps."""
+    manage("shell", "-c", GATED)
+    alice, bob = (Api(url, manage("create_token", who).split()[-1]) for who in ("alice", "bob"))
+    run = alice.post("/api/runs", {"spec": "gated"}, expect=201)["id"]
+    gate = wait_for(lambda: next((s for s in alice.get(f"/api/runs/{run}")["steps"]
+                                  if s["status"] == "waiting_approval"), None),
+                    120, 0.5, what="the gate to open")
+    bob.post(f"/api/runs/{run}/steps/qa/approve", {"seen": gate["evidence_digest"]})
+    wait_for(lambda: alice.get(f"/api/runs/{run}")["status"] == "completed", 120, 0.5,
+             what="a consumer to finish the run")
+    build = next(c for c in alice.get(f"/api/runs/{run}/timeline")
+                 if c["step"] == "build" and c["kind"] == "step_completed")
+    assert build["evidence"]["stdout"] == "10002\n", build  # as tollgate-steps

@@ -17,7 +17,7 @@ import requests
 
 from ..support.containers import CONF, ROOT, podman
 from ..support.processes import free_port, wait_for
-from .conftest import PEOPLE, Api
+from .conftest import through_the_gate
 
 IMAGES = ROOT / "tests" / "support" / "images"
 COMPOSE = [sys.executable, "-m", "podman_compose"]
@@ -74,24 +74,7 @@ def test_the_compose_stack_comes_up_and_runs_a_gated_run(image, service_images, 
         def manage(*args: str) -> str:
             return podman("exec", f"{name}_web_1", "python", "manage.py", *args).stdout
 
-        manage("shell", "-c", PEOPLE + (
-            "\nfrom workflows.specs.storage import store_spec\n"
-            "store_spec({'name': 'composed', 'steps': ["
-            "{'key': 'build', 'run': {'command': ['id', '-u']}},"
-            "{'key': 'qa', 'depends_on': ['build'], 'approval': {'group': 'qa'}},"
-            "{'key': 'ship', 'depends_on': ['qa'], 'run': {'command': ['true']}}]})\n"))
-        alice, bob = (Api(url, manage("create_token", who).split()[-1])
-                      for who in ("alice", "bob"))
-        run = alice.post("/api/runs", {"spec": "composed"}, expect=201)
-        gate = wait_for(lambda: next((s for s in alice.get(f"/api/runs/{run['id']}")["steps"]
-                                      if s["status"] == "waiting_approval"), None),
-                        120, 0.5, what="the gate to open")
-        bob.post(f"/api/runs/{run['id']}/steps/qa/approve", {"seen": gate["evidence_digest"]})
-        wait_for(lambda: alice.get(f"/api/runs/{run['id']}")["status"] == "completed", 120,
-                 0.5, what="the consumers to finish the run")
-        build = next(c for c in alice.get(f"/api/runs/{run['id']}/timeline")
-                     if c["step"] == "build" and c["kind"] == "step_completed")
-        assert build["evidence"]["stdout"] == "10002\n", build  # as tollgate-steps
+        through_the_gate(manage, url)
         # The README's walk: the demo loaded, carol signs in and approves from her inbox.
         manage("demo")
         approve_in_the_browser(browser, url, "carol", "tollgate-demo")

@@ -14,7 +14,7 @@ import yaml
 
 from ..support.containers import ROOT, podman
 from ..support.processes import free_port, wait_for
-from .conftest import PEOPLE, Api
+from .conftest import through_the_gate
 
 MANIFESTS = ROOT / "deploy" / "kubernetes"
 
@@ -100,24 +100,7 @@ def test_the_deployments_play_and_run_a_gated_run(stack, database, tmp_path):
             logs = {n: podman("logs", n, check=False).stderr[-1500:]
                     for n in names if n.startswith(stack.prefix)}
             raise AssertionError(f"{exc}: {logs}") from None
-        stack.run("python", "manage.py", "shell", "-c", PEOPLE + (
-            "\nfrom workflows.specs.storage import store_spec\n"
-            "store_spec({'name': 'played', 'steps': ["
-            "{'key': 'build', 'run': {'command': ['id', '-u']}},"
-            "{'key': 'qa', 'depends_on': ['build'], 'approval': {'group': 'qa'}},"
-            "{'key': 'ship', 'depends_on': ['qa'], 'run': {'command': ['true']}}]})\n"))
-        alice, bob = (Api(url, stack.run("python", "manage.py", "create_token", who).split()[-1])
-                      for who in ("alice", "bob"))
-        run = alice.post("/api/runs", {"spec": "played"}, expect=201)
-        gate = wait_for(lambda: next((s for s in alice.get(f"/api/runs/{run['id']}")["steps"]
-                                      if s["status"] == "waiting_approval"), None),
-                        120, 0.5, what="the gate to open")
-        bob.post(f"/api/runs/{run['id']}/steps/qa/approve", {"seen": gate["evidence_digest"]})
-        wait_for(lambda: alice.get(f"/api/runs/{run['id']}")["status"] == "completed", 120,
-                 0.5, what="the consumer pod to finish the run")
-        build = next(c for c in alice.get(f"/api/runs/{run['id']}/timeline")
-                     if c["step"] == "build" and c["kind"] == "step_completed")
-        assert build["evidence"]["stdout"] == "10002\n", build  # as tollgate-steps
+        through_the_gate(lambda *args: stack.run("python", "manage.py", *args), url)
     finally:
         podman("kube", "down", str(manifest), check=False, timeout=120)
 

@@ -32,7 +32,10 @@ class Command(BaseCommand):
             specs = self._specs()
             goals = self._goals(users)
         if not Run.objects.filter(idempotency_key__startswith="demo-").exists():
-            self._runs(users, specs, goals)
+            # One transaction: consumers already running (a container stack) see the demo's
+            # runs only in the states it leaves them in, never a step it is about to start.
+            with transaction.atomic():
+                self._runs(users, specs, goals)
         where = settings.TOLLGATE_BASE_URL or "http://127.0.0.1:8000"
         self.stdout.write(f"Demo data is loaded. Sign in at {where}/ as:")
         for name, (_, _, _, role) in USERS.items():
