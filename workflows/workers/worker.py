@@ -329,7 +329,7 @@ def _run_in_group(step: Step, owner: str, group: groups.Group) -> None:
             # the claim's answer came too late to trust: it never began, so it is given
             # back if it is still ours, else left to whoever holds it now (its token says).
             KEEPER.release("step", step.pk)
-            _give_back([step], owner)
+            _give_back([step], owner, why=LET_GO_UNSTARTED)
             return
         if step.began_at is None and not _begin_turn(step):
             KEEPER.release("step", step.pk)  # not ours any more, or no database to say so
@@ -360,14 +360,21 @@ def _begin_turn(step: Step) -> bool:
         return False
 
 
-def _give_back(steps: list[Step], owner: str) -> None:
+# What a worker says of a claim whose lease it could not keep while it waited its turn.
+LET_GO_UNSTARTED = ("Claimed in a batch; its worker let go of it before its turn (its lease "
+                    "could not be kept: the database was away or answered too late): given "
+                    "back, no attempt spent")
+
+
+def _give_back(steps: list[Step], owner: str, why: str = "") -> None:
     """Steps of a batch that never began go back as never run (engine.release_unstarted),
     so a batch cut short spends no attempt on them; if the database cannot take that now,
     their leases run out and the sweeper takes them back."""
     if not steps:
         return
     try:
-        engine.release_unstarted({s.pk: s.lease_token for s in steps}, actor=f"worker {owner}")
+        engine.release_unstarted({s.pk: s.lease_token for s in steps}, actor=f"worker {owner}",
+                                 **({"why": why} if why else {}))
     except DatabaseError:
         connection.close()
         log.warning("Could not give back %d unstarted step(s); their leases will run out",

@@ -230,6 +230,30 @@ def test_a_batch_cut_short_records_what_finished_and_gives_back_the_rest(setting
 
 
 @pytest.mark.django_db
+def test_a_step_whose_lease_was_let_go_while_it_waited_is_given_back_saying_so(settings,
+                                                                             monkeypatch):
+    """Its worker could not keep the second step's lease while the first ran (the database
+    away past the lease): the worker lets go of it, and gives it back saying so."""
+    settings.TOLLGATE_GROUP_COMMIT_STEPS = 8
+    chain("line", 1)
+    first, second = (engine.open_run("line").run for _ in range(2))
+    real, lost = worker.KEEPER.fresh, [Step.objects.get(run=second).pk]
+
+    def fresh(kind, pk):  # the second step's lease, once: then all is well again
+        if pk in lost:
+            lost.remove(pk)
+            return False
+        return real(kind, pk)
+
+    monkeypatch.setattr(worker.KEEPER, "fresh", fresh)
+    worker.work()
+    note = Checkpoint.objects.get(run=second, kind="step_released")
+    assert "its worker let go of it before its turn" in note.summary
+    assert "no attempt spent" in note.summary
+    assert Run.objects.get(pk=first.pk).status == "completed"
+
+
+@pytest.mark.django_db
 def test_a_step_given_back_is_left_alone_once_its_lease_moved_on(settings):
     chain("one", 1)
     run = engine.open_run("one").run
