@@ -63,7 +63,8 @@ def test_a_batch_holder_in_another_pid_namespace_killed_charges_only_what_began(
                                                                                tmp_path):
     log = tmp_path / "attempts.log"
     env = {"TOLLGATE_SPOOL_DIR": str(tmp_path / "spool"), "TOLLGATE_GROUP_COMMIT_STEPS": "8"}
-    run_ids = one_step_runs(log, "batch-in-a-box", 3)
+    # Long commands: the first is still running when the test looks, however busy the machine.
+    run_ids = one_step_runs(log, "batch-in-a-box", 10)
     box = consumers(workers=1, container="box", **env)  # claims all six in one batch
     wait_for(lambda: Step.objects.filter(run_id__in=run_ids, status="running").count()
              == RUNS and read(log), 60, 0.05, what="the container to claim the batch and begin")

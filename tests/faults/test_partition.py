@@ -118,11 +118,12 @@ def test_a_command_that_finishes_during_a_long_cut_runs_again_as_the_readme_says
     back its result is recorded as a stale result with its exit code and output digest."""
     log = tmp_path / "attempts.log"
     settings.TOLLGATE_SPOOL_DIR = str(tmp_path / "spool")
-    # A lease long enough that the command (2 s) ends well before its fence would stop it.
-    env = {"TOLLGATE_SPOOL_DIR": settings.TOLLGATE_SPOOL_DIR, "TOLLGATE_LEASE_SECONDS": "6"}
+    # A lease long enough that the command (5 s: the cut comes long before its end, however
+    # busy the machine) ends well before its fence would stop it.
+    env = {"TOLLGATE_SPOOL_DIR": settings.TOLLGATE_SPOOL_DIR, "TOLLGATE_LEASE_SECONDS": "10"}
     spec = store_spec({"name": "finished-in-the-cut", "steps": [
         {"key": "work", "max_retries": 5,
-         "run": {"shell": logged_shell(log, 2) + "; echo shipped"}}]})[0]
+         "run": {"shell": logged_shell(log, 5) + "; echo shipped"}}]})[0]
     remote_env = {**env, "DATABASE_URL": reached_from(worker_host, database_url()),
                   "TOLLGATE_SPOOL_DIR": str(tmp_path / "cut-off-spool"),
                   "TOLLGATE_REPORT_RETRY_SECONDS": "3",
@@ -145,7 +146,7 @@ def test_a_command_that_finishes_during_a_long_cut_runs_again_as_the_readme_says
                  what="this side to run the step again and complete it")
         first = read(log)[(str(run.pk), "work")][0]
         assert first["ended"], "the command ran to its end on the cut-off host"
-        time.sleep(4)  # past the report window on the cut-off host
+        time.sleep(4)  # past the report window (3 s) on the cut-off host
     finally:
         worker_host.heal()
     stale = wait_for(lambda: Checkpoint.objects.filter(run=run, kind="stale_result").first(),
