@@ -1,0 +1,60 @@
+"""No link decides by being opened: chat platforms, mail scanners and link-preview bots GET
+every link they see (a peer's "send and wait" requests were approved by a preview bot that
+opened their links). Every link a gate's mail and chat messages carry is fetched as such a
+bot would, without a session and with the approver's own, on Slack and on Teams: nothing is
+decided, linked or changed; a decision is only ever a POST from a page the person saw."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+import pytest
+from django.test import Client
+
+from workflows.delivery import outbox
+from workflows.models import (
+    Approval,
+    ChatIdentity,
+    Checkpoint,
+    Notification,
+    OutboxMessage,
+    Step,
+)
+
+from .test_contract import waiting
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LINK = re.compile(r"https?://[^\s\"'<>)\]|\\\\]+")
+
+
+def test_opening_every_link_a_channel_sends_decides_nothing(platform, people, settings):
+    settings.TOLLGATE_NOTIFY = True  # the gate's mail to its approvers too
+    run, gate = waiting(people, month="November")
+    for message in OutboxMessage.objects.filter(run=run, done_at=None):
+        outbox.deliver(message.pk)  # the mail and chat a waiting gate owes, sent
+    platform.press(gate, "approve", "erin")  # someone chat cannot match: sent the link
+    platform.handled()
+    sent = [platform.shown(channel) for channel in platform.posted_channels()]
+    sent += platform.told("erin") + platform.told("bob")
+    sent += list(Notification.objects.values_list("body", flat=True))
+    ours = urlsplit(settings.TOLLGATE_BASE_URL).netloc
+    links = {url for text in sent for url in LINK.findall(text.replace("\\u0026", "&"))
+             if urlsplit(url).netloc == ours}
+    assert any("/decide/" in url for url in links), links  # the mailed decision link
+    assert any(f"/runs/{run.pk}/" in url for url in links), links
+    before = (Approval.objects.count(), ChatIdentity.objects.count(),
+              Checkpoint.objects.filter(run=run).count())
+    bob = Client()
+    bob.force_login(people["bob"])
+    for url in sorted(links):
+        parts = urlsplit(url)
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        for opener in (Client(), bob):  # a bot with no session, and with the person's
+            answer = opener.get(path)
+            assert answer.status_code < 500, (url, answer.status_code)
+    after = (Approval.objects.count(), ChatIdentity.objects.count(),
+             Checkpoint.objects.filter(run=run).count())
+    assert after == before, (sorted(links), before, after)
+    assert Step.objects.get(pk=gate.pk).status == "waiting_approval"
