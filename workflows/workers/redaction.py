@@ -73,12 +73,19 @@ def _folder_secrets() -> set[str]:
     return values
 
 
+# Names that say where a secret is kept, not what it is (TOLLGATE_AUDIT_KEY_FILE): their
+# values are paths, and a path's pieces ("tollgate") are ordinary words of any output.
+WHERE_SUFFIXES = ("_FILE", "_DIR", "_PATH")
+
+
 def looks_secret(name: str) -> bool:
-    """A variable whose value is a secret by its name: TOKEN, SECRET, PASSWORD or KEY in it,
-    or named in TOLLGATE_REDACT_ENV."""
+    """A variable whose value is a secret by its name: TOKEN, SECRET, PASSWORD or KEY in it
+    (not a path to one: *_FILE, *_DIR, *_PATH), or named in TOLLGATE_REDACT_ENV."""
     name = name.upper()
-    return any(marker in name for marker in SECRET_MARKERS) or name in {
-        n.upper() for n in settings.TOLLGATE_REDACT_ENV}
+    if name in {n.upper() for n in settings.TOLLGATE_REDACT_ENV}:
+        return True
+    return (any(marker in name for marker in SECRET_MARKERS)
+            and not name.endswith(WHERE_SUFFIXES))
 
 
 def known_secrets(extra=()) -> list[str]:

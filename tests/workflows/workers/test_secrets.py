@@ -37,6 +37,16 @@ def test_the_supervisor_does_not_carry_the_workers_environment(monkeypatch):
     assert "plain-worker-note" not in out and "hunter2" not in out
 
 
+def test_a_path_to_a_secret_is_not_a_secret_but_the_secret_is(monkeypatch):
+    """TOLLGATE_AUDIT_KEY_FILE names where the key is: its path's pieces ("tollgate") are
+    ordinary words and stay in the output; a KEY variable's value is still redacted."""
+    monkeypatch.setenv("TOLLGATE_AUDIT_KEY_FILE", "/etc/tollgate/audit/audit-key.pem")
+    monkeypatch.setenv("WORKER_DEPLOY_KEY", "k3y-of-the-deploys")
+    outcome = run({"shell": 'echo "I am tollgate-steps"; echo "k3y-of-the-deploys"'})
+    assert outcome.ok, outcome.summary
+    assert outcome.evidence["stdout"] == "I am tollgate-steps\n[redacted]\n"
+
+
 @pytest.fixture
 def granted(settings):
     """Every spec may name the secrets these tests use."""
