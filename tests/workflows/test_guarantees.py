@@ -104,6 +104,23 @@ class TestSweeperChecksTheHolder:
         assert not Checkpoint.objects.filter(step__in=[s.pk for s in rest],
                                              kind="step_failed").exists()
 
+    def test_a_claim_by_a_release_from_before_began_at_counts_as_begun(self, settings):
+        """During an upgrade an older consumer claims as it always did, leaving began_at as
+        the row has it: never null (a new row takes its creation time), so its lease is
+        judged as before (waiting out the kill grace for a holder elsewhere), never given
+        back as unbegun while its command may run."""
+        settings.TOLLGATE_KILL_GRACE_SECONDS = 3600
+        run = engine.open_run(work_spec("older")).run
+        step = Step.objects.get(run=run)
+        assert step.began_at is not None
+        Step.objects.filter(pk=step.pk).update(  # the older release's claim: no began_at
+            status="running", attempt=1, lease_owner="worker old", lease_token="0" * 32,
+            lease_expires_at=timezone.now() - timedelta(seconds=1), holder_host="elsewhere",
+            holder_boot_id="another-boot", holder_pid=4242, holder_started=99)
+        report = sweeper.sweep()
+        assert (report.released, report.expired) == (0, 0)
+        assert Step.objects.get(pk=step.pk).status == "running"
+
     def test_a_step_whose_turn_came_is_begun_and_no_longer_given_back(self):
         from workflows.engine import batches
 

@@ -1,6 +1,7 @@
 # A step knows whether its attempt began (batches: not until its turn); older rows count as begun.
 
 import django.db.models.functions.datetime
+import django.utils.timezone
 from django.db import migrations, models
 
 
@@ -14,6 +15,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='step',
             name='began_at',
-            field=models.DateTimeField(blank=True, db_default=django.db.models.functions.datetime.Now(), default=None, null=True),
+            field=models.DateTimeField(blank=True, db_default=django.db.models.functions.datetime.Now(), default=django.utils.timezone.now, null=True),
         ),
     ]

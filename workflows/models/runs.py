@@ -356,11 +356,13 @@ class Step(HeldByProcess):
     child_pid = models.PositiveIntegerField(null=True, blank=True)
     child_pgid = models.PositiveIntegerField(null=True, blank=True)
     # When the attempt's work began, written before it begins: at the claim, or, for a step
-    # claimed in a batch behind others, when its turn came (null until then). A lease that
-    # runs out with none was never begun, whoever held it, and is given back unspent. Rows
-    # written by code from before it (an upgrade under way) take the database's default,
-    # a time: they count as begun, as they were judged then.
-    began_at = models.DateTimeField(null=True, blank=True, default=None, db_default=Now())
+    # claimed in a batch behind others, when its turn came. Null only while such a step
+    # waits its turn: a lease that runs out then was never begun, whoever held it, and is
+    # given back unspent. Never null otherwise (a new row takes its creation time), so a
+    # claim made by a release from before this column (an upgrade under way), which leaves
+    # it as it was, counts as begun, as it was judged then.
+    began_at = models.DateTimeField(null=True, blank=True, default=timezone.now,
+                                    db_default=Now())
     # When the sweeper found the lease overdue with its holder alive (noted once an attempt).
     overdue_noted_at = models.DateTimeField(null=True, blank=True)
     # Who added the step while the run ran (empty for the spec's own steps).
