@@ -23,11 +23,16 @@ def old_models(target, *also):
         call_command("migrate", verbosity=0)
 
 
+def old_spec(apps, name: str):
+    """An empty spec in the models as they were, for old runs to belong to."""
+    return apps.get_model("workflows", "WorkflowSpec").objects.create(
+        name=name, version=1, definition={"steps": []})
+
+
 @pytest.mark.django_db(transaction=True)
 def test_existing_steps_get_their_dependents_and_unsettled_counts():
     with old_models(BEFORE) as apps:
-        spec = apps.get_model("workflows", "WorkflowSpec").objects.create(
-            name="upgrade", version=1, definition={"steps": []})
+        spec = old_spec(apps, "upgrade")
         run = apps.get_model("workflows", "Run").objects.create(
             spec=spec, spec_name="upgrade", title="upgrade")
         old_step = apps.get_model("workflows", "Step")
@@ -50,8 +55,7 @@ def test_existing_steps_get_their_dependents_and_unsettled_counts():
 def test_existing_runs_get_their_step_counts():
     before = ("workflows", "0027_run_search_text")
     with old_models(before) as apps:
-        spec = apps.get_model("workflows", "WorkflowSpec").objects.create(
-            name="counted", version=1, definition={"steps": []})
+        spec = old_spec(apps, "counted")
         run = apps.get_model("workflows", "Run").objects.create(
             spec=spec, spec_name="counted", title="counted")
         old_step = apps.get_model("workflows", "Step")
@@ -72,8 +76,7 @@ def test_goals_keep_their_finished_and_pruned_counts_in_one_tally():
             title="counted", pruned_runs_completed=2, pruned_runs_failed=1,
             pruned_steps_total=9, pruned_steps_done=7)
         idle = apps.get_model("goals", "Goal").objects.create(title="idle")
-        spec = apps.get_model("workflows", "WorkflowSpec").objects.create(
-            name="counted", version=1, definition={"steps": []})
+        spec = old_spec(apps, "counted")
         old_run = apps.get_model("workflows", "Run")
         for status, total, done in [("completed", 3, 3), ("failed", 3, 1),
                                     ("cancelled", 3, 0), ("running", 3, 2)]:
@@ -95,8 +98,7 @@ def test_goals_keep_their_finished_and_pruned_counts_in_one_tally():
 def test_existing_runs_of_a_schedule_know_it_retries_included():
     before = ("workflows", "0059_a_person_who_acted_stays")
     with old_models(before) as apps:
-        spec = apps.get_model("workflows", "WorkflowSpec").objects.create(
-            name="nightly", version=1, definition={"steps": []})
+        spec = old_spec(apps, "nightly")
         schedule = apps.get_model("workflows", "Schedule").objects.create(
             name="nightly", spec_name="nightly", interval_seconds=3600)
         old_run = apps.get_model("workflows", "Run")

@@ -648,7 +648,7 @@ def _expire(state: RunState, step, actor, why: str = "", now=None) -> Checkpoint
 NOT_STARTED = "Claimed in a batch but not started: given back, no attempt spent"
 
 
-def release_unstarted(leases: dict[int, str], *, actor, why: str = NOT_STARTED,
+def release_unstarted(leases: dict[int, str], *, actor, why: str = "",
                       unless_began: bool = False) -> list[Checkpoint]:
     """Give back steps a worker claimed (in a batch) and never started, {step id: lease
     token}: each is ready again at once and no attempt is spent (its retry window moves on
@@ -669,7 +669,7 @@ def release_unstarted(leases: dict[int, str], *, actor, why: str = NOT_STARTED,
             step.rung_at = None  # it needs a doorbell again
             step.attempt_base += 1  # the attempt it was claimed for never ran
             done.append(commit(state, CheckpointKind.STEP_RELEASED, actor=actor, step=step,
-                               summary=why))
+                               summary=why or NOT_STARTED))
     return done
 
 

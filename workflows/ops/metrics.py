@@ -7,6 +7,7 @@ the database at scrape time, in a few queries."""
 
 from __future__ import annotations
 
+import functools
 import glob
 import logging
 import os
@@ -38,13 +39,19 @@ from workflows.recovery.presence import sweeper_late
 log = logging.getLogger(__name__)
 
 
+@functools.cache
+def _host_and_namespace() -> str:
+    namespace = re.sub(r"\D", "", processes.pid_namespace()) or "ns"
+    host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:60] or "host"
+    return f"{host}-{namespace}"
+
+
 def process_identifier() -> str:
     """Names this process's metrics files apart from every other's sharing the folder:
     processes in containers are all pid 1 in pid namespaces of their own, on hosts of their
-    own names (`counter_web-1-4026532410-1.db`)."""
-    namespace = re.sub(r"\D", "", processes.pid_namespace()) or "ns"
-    host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:60] or "host"
-    return f"{host}-{namespace}-{os.getpid()}"
+    own names (`counter_web-1-4026532410-1.db`). prometheus_client asks it at every count,
+    to notice a fork: only the pid is read each time."""
+    return f"{_host_and_namespace()}-{os.getpid()}"
 
 
 def _values_kept_apart():

@@ -374,7 +374,7 @@ def _give_back(steps: list[Step], owner: str, why: str = "") -> None:
         return
     try:
         engine.release_unstarted({s.pk: s.lease_token for s in steps}, actor=f"worker {owner}",
-                                 **({"why": why} if why else {}))
+                                 why=why)
     except DatabaseError:
         connection.close()
         log.warning("Could not give back %d unstarted step(s); their leases will run out",
