@@ -53,3 +53,5 @@ TOLLGATE_LIVE_PREFIX = HUEY["name"] + "-live:"
 # Each test's database is new: the seal chain's head a whole check keeps between runs (outside
 # the database) is kept only where a test asks for it.
 TOLLGATE_AUDIT_HEAD_FILE = ""
+# DKIM keys of replies are looked up in the records the tests publish (tests/support/mail.py).
+TOLLGATE_DKIM_DNS = "tests.support.mail.dns_txt"

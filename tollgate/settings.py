@@ -471,6 +471,17 @@ TOLLGATE_WEBHOOK_ALLOW_PRIVATE = env_bool("TOLLGATE_WEBHOOK_ALLOW_PRIVATE", Fals
 # How long a signed decision link in a mail works, at most (it stops working as soon as its
 # gate is decided or a new attempt starts).
 TOLLGATE_DECISION_LINK_DAYS = int(os.environ.get("TOLLGATE_DECISION_LINK_DAYS", "14"))
+# Replies that decide (workflows/inbound): a gate's mail is answered to a per-person address
+# at this domain, whose mail reaches `manage.py receive_mail` or the anymail webhook. Empty:
+# off, the mail says to use its link.
+TOLLGATE_REPLY_DOMAIN = os.environ.get("TOLLGATE_REPLY_DOMAIN", "").strip().lower()
+# A reply decides only when its sender's domain is authenticated: by its own DKIM signature,
+# or by an Authentication-Results header of one of these relays (their authserv-id), which
+# must remove such headers bearing its name from what it receives (RFC 8601, section 5).
+TOLLGATE_INBOUND_TRUSTED_RELAYS = [h.lower() for h in env_list("TOLLGATE_INBOUND_TRUSTED_RELAYS")]
+# How DKIM keys are looked up: a dotted path to a function (name: bytes, timeout=5) -> bytes
+# of the TXT record; empty: the DNS resolver (dnspython).
+TOLLGATE_DKIM_DNS = os.environ.get("TOLLGATE_DKIM_DNS", "")
 
 
 def env_json(name: str, default, kind: type, what: str):
@@ -484,6 +495,16 @@ def env_json(name: str, default, kind: type, what: str):
         raise ValueError(f"{name} must be {what}")
     return value
 
+
+# Replies through a hosted mail service's inbound webhook (django-anymail, at
+# /anymail/<service>/inbound/): the webhook's shared secret ("user:password", which the
+# service sends as basic authentication); empty: off. TOLLGATE_ANYMAIL holds the service's
+# own settings, such as MAILGUN_WEBHOOK_SIGNING_KEY (a JSON object).
+TOLLGATE_ANYMAIL_WEBHOOK_SECRET = os.environ.get("TOLLGATE_ANYMAIL_WEBHOOK_SECRET", "")
+if TOLLGATE_ANYMAIL_WEBHOOK_SECRET:
+    INSTALLED_APPS.append("anymail")
+    ANYMAIL = {**env_json("TOLLGATE_ANYMAIL", {}, dict, "an object of anymail settings"),
+               "WEBHOOK_SECRET": TOLLGATE_ANYMAIL_WEBHOOK_SECRET}
 
 # Single sign-on with OpenID Connect (workflows/sso): on when an issuer is set. Accounts are
 # made or updated at each sign-in, and groups follow the provider's group claim.

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpResponse
@@ -16,6 +17,8 @@ urlpatterns = [
     path("goals/", include("goals.urls")),
     path("", include("workflows.web.urls")),
 ]
+if settings.TOLLGATE_ANYMAIL_WEBHOOK_SECRET:  # replies through a hosted mail service
+    urlpatterns.append(path("anymail/", include("anymail.urls")))
 
 
 @login_not_required

@@ -24,6 +24,12 @@ class WorkflowsConfig(AppConfig):
         user_logged_in.connect(sso_sessions.note_sign_in, dispatch_uid="tollgate-signed-in-at")
         from django.conf import settings
 
+        if settings.TOLLGATE_ANYMAIL_WEBHOOK_SECRET:
+            from anymail.signals import inbound
+
+            from workflows.inbound import hosted
+
+            inbound.connect(hosted.on_inbound, dispatch_uid="tollgate-mail-replies")
         if settings.TOLLGATE_OTEL:
             from tollgate import tracing
 

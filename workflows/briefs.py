@@ -247,6 +247,17 @@ def signature_to_give(gate) -> tuple[str, str]:
     return "", ""
 
 
+def reply_cannot_decide(gate) -> str:
+    """Why a reply to the gate's mail cannot decide it ("" when it can): a reply carries
+    two words and a comment, never a signature or a form's values. Its rules read already
+    (gate_evidence)."""
+    if signature_to_give(gate)[0]:
+        return "it must be signed, which is done on its page"
+    if gate.config.get("approval", {}).get("form"):
+        return "its form is filled in on its page"
+    return ""
+
+
 def ways_to_sign() -> str:
     """How a person signs on a gate's page, as this deployment allows."""
     ways = ["your password", "a passkey"]

@@ -244,11 +244,11 @@ class TestStages:
         assert gate.approval_group == "finance"
         checkpoint = Checkpoint.objects.select_related("run", "run__requested_by").get(
             pk=checkpoint.pk)
-        mailed = {user.username: subject for user, subject, text, html in messages_for(
+        mailed = {user.username: subject for user, subject, text, html, _ in messages_for(
             checkpoint, "gate_waiting", "buy")}
         assert sorted(mailed) == ["both", "fay", "fin"]
         assert "buy waits on finance" in mailed["fin"]
-        text = next(t for u, _, t, _ in messages_for(checkpoint, "gate_waiting", "buy"))
+        text = next(t for u, _, t, _, _ in messages_for(checkpoint, "gate_waiting", "buy"))
         assert "team lead: 1 of 1 from leads (met)" in text
         assert "finance: 0 of 1 from finance (waiting)" in text
         engine.approve(run, "buy", user=team["fay"])

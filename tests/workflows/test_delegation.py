@@ -176,7 +176,7 @@ class TestReassignment:
         assert ("gate_reassigned", "qa") in notification_events(announcement)
         checkpoint = Checkpoint.objects.select_related("run", "run__requested_by").get(
             pk=checkpoint.pk)
-        mailed = [(user.username, subject) for user, subject, _, _ in messages_for(
+        mailed = [(user.username, subject) for user, subject, _, _, _ in messages_for(
             checkpoint, "gate_reassigned", "qa")]
         assert mailed == [("fin", f"[Tollgate] QA sign-off was reassigned to fin: {gate_run}")]
         with pytest.raises(engine.NotPermitted, match="it waits on fin"):

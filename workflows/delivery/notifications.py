@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from django.core.mail import send_mail
+from django.core.mail import EmailMultiAlternatives
 from django.db import IntegrityError, transaction
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -43,7 +43,7 @@ def _render(name: str, context: dict, zone) -> tuple[str, str]:
 
 
 def messages_for(checkpoint: Checkpoint, event: str, step_key: str):
-    """(user, subject, plain text, HTML) for each person this event concerns."""
+    """(user, subject, plain text, HTML, headers) for each person this event concerns."""
     run = checkpoint.run
     step = run.steps.filter(key=step_key).first() if step_key else None
     requester = run.requested_by if run.requested_by and run.requested_by.email else None
@@ -61,16 +61,18 @@ def messages_for(checkpoint: Checkpoint, event: str, step_key: str):
             due = ""
             if gate.due:
                 due = f" (due {timezone.localtime(gate.due['at'], zone):%a %d %b %H:%M %Z})"
-            # A link signed for this person, this gate and this attempt (see links.py).
+            # A link and a reply address signed for this person, this gate and this
+            # attempt (see links.py); a reply cannot sign or fill in a form.
+            reply_to = "" if briefs.reply_cannot_decide(gate) else links.reply_address(user, step)
             text, html = _render("gate_waiting", {
-                **context, "gate": gate, "verb": verb, "user": user,
+                **context, "gate": gate, "verb": verb, "user": user, "reply_to": reply_to,
                 "decide_link": links.decision_url(user, step)}, zone)
             yield (user, f"[Tollgate] {reminder}{step.title} {verb} {gate.waits_on}{due}: "
-                         f"{run}", text, html)
+                         f"{run}", text, html, {"Reply-To": reply_to} if reply_to else {})
         if event == "gate_escalated" and requester:
             text, html = _render("gate_escalated", {**context, "gate": gate},
                                  zone_of(requester))
-            yield requester, f"[Tollgate] {step.title} escalated: {run}", text, html
+            yield requester, f"[Tollgate] {step.title} escalated: {run}", text, html, {}
     elif event == "gate_decided" and step is not None and requester:
         outcomes = {StepStatus.COMPLETED: "approved", StepStatus.FAILED: "rejected"}
         outcome = outcomes.get(checkpoint.step_status, checkpoint.step_status)
@@ -82,10 +84,10 @@ def messages_for(checkpoint: Checkpoint, event: str, step_key: str):
         chosen = [(name, readable(value, none="null")) for name, value in chosen.items()]
         text, html = _render("gate_decided", {**context, "gate": step, "outcome": outcome,
                                               "chosen": chosen}, zone_of(requester))
-        yield requester, f"[Tollgate] {step.title} {outcome}: {run}", text, html
+        yield requester, f"[Tollgate] {step.title} {outcome}: {run}", text, html, {}
     elif event == "run_failed" and requester:
         text, html = _render("run_failed", context, zone_of(requester))
-        yield requester, f"[Tollgate] Run failed: {run}", text, html
+        yield requester, f"[Tollgate] Run failed: {run}", text, html, {}
 
 
 # Seconds before each retry of a mail the server did not take; then it is given up.
@@ -104,13 +106,13 @@ def deliver(checkpoint_id: int, events) -> int:
         return 0
     sent = 0
     for event, step_key in events:
-        for user, subject, body, html in messages_for(checkpoint, event, step_key):
+        for user, subject, body, html, headers in messages_for(checkpoint, event, step_key):
             key = f"{checkpoint.run_id}:{checkpoint.seq}:{event}:{step_key}"
             try:
                 with transaction.atomic():
                     note = Notification.objects.create(
                         user=user, key=key, event=event, run=checkpoint.run, subject=subject,
-                        body=body, html=html, next_attempt_at=clock.now())
+                        body=body, html=html, headers=headers, next_attempt_at=clock.now())
             except IntegrityError:
                 continue  # recorded by an earlier try of this task: send_due has it
             sent += send(note.pk)
@@ -128,8 +130,11 @@ def send(notification_id: int, now=None) -> bool:
     if not claimed or note is None:
         return False
     try:
-        send_mail(note.subject, note.body, None, [note.user.email],
-                  html_message=note.html or None)
+        mail = EmailMultiAlternatives(note.subject, note.body, to=[note.user.email],
+                                      headers=note.headers or None)
+        if note.html:
+            mail.attach_alternative(note.html, "text/html")
+        mail.send()
     except Exception as exc:
         attempts = note.attempts + 1
         retry = (clock.now() + timedelta(seconds=RETRY_DELAYS[attempts - 1])

@@ -149,7 +149,9 @@ def _channel(channel: str, chat_identity: str) -> tuple[str, str]:
     if channel not in Channel.values:
         raise InvalidInput(f"Unknown decision channel {channel!r}: one of "
                            f"{', '.join(Channel.values)}.")
-    return channel, (chat_identity or "")[:200] if channel == Channel.CHAT else ""
+    # Who, on a chat: the account; a mail reply: its Message-ID.
+    identified = channel in (Channel.CHAT, Channel.MAIL_REPLY)
+    return channel, (chat_identity or "")[:200] if identified else ""
 
 
 def _record_decision(step: Step, user, decision: str, comment: str,
@@ -175,7 +177,8 @@ def _record_decision(step: Step, user, decision: str, comment: str,
 def _decision_evidence(rules, rule, for_person, via, opened) -> dict:
     """What a decision's checkpoint says of the rules: the one it counted toward, whom it
     was made for, each rule's standing, and the stage it opened."""
-    evidence = {"channel": via[0], "rule": rule.label,
+    evidence = {"channel": via[0], **({"message_id": via[1]} if via[0] == Channel.MAIL_REPLY
+                                      else {}), "rule": rule.label,
                 "rules": [{"rule": r.label, "waits_on": r.audience, "approvals": r.approvals,
                            "required": r.required, "met": r.met} for r in rules]}
     if for_person:
@@ -230,7 +233,8 @@ def approve(run, key: str, *, user, comment: str = "", values: dict | None = Non
     """Record an approval, with the gate's form filled in; the gate completes when its
     quorum of distinct approvers is met. The values go into the run's shared state under
     the gate's key (a later approver's value for a field replaces an earlier one).
-    `channel` says where it was made (and `chat_identity` who, for chat), for the audit."""
+    `channel` says where it was made (and `chat_identity` who, for chat, or which mail, for
+    a mail reply), for the audit."""
     comment = check_text(comment, "The comment", COMMENT_LIMIT)
     via = _channel(channel, chat_identity)
     with locked(run, key=key) as state:

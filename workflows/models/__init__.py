@@ -13,6 +13,7 @@ from .delivery import (  # noqa: F401
     ChatInteraction,
     ChatMessage,
     DeliveryStatus,
+    MailReply,
     Notification,
     OutboxJob,
     OutboxMessage,

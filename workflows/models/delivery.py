@@ -26,6 +26,9 @@ class Notification(models.Model):
     subject = models.CharField(max_length=300)
     body = models.TextField()
     html = models.TextField(blank=True, default="", db_default="")  # the HTML part
+    # Headers of its own: a gate's mail's Reply-To (the person's reply address), an answer's
+    # In-Reply-To and References (the reply it answers).
+    headers = models.JSONField(blank=True, default=dict, db_default={})
     created_at = models.DateTimeField(default=now)
     sent_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
@@ -42,6 +45,32 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} to {self.user_id}"
+
+
+class MailReply(models.Model):
+    """A reply to a gate's mail, as it came in: what it asked, and what became of it. Its
+    Message-ID is unique, so a message delivered twice (or replayed) decides at most once."""
+
+    message_id = models.CharField(max_length=300, unique=True)
+    received_at = models.DateTimeField(default=now)
+    sender = models.CharField(max_length=300)  # the From header, as given
+    via = models.CharField(max_length=40)  # "mta" (receive_mail) or "anymail:<service>"
+    # What its reply address named: whose reply it was, for which gate and attempt.
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                             on_delete=models.SET_NULL, related_name="+")
+    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="+")
+    attempt = models.PositiveIntegerField(null=True, blank=True)
+    decision = models.CharField(max_length=16, blank=True)  # "approve" or "reject" it asked
+    decided = models.BooleanField(default=False)
+    outcome = models.TextField()  # what was done, or why nothing was
+
+    class Meta:
+        ordering = ["-received_at"]
+        verbose_name_plural = "mail replies"
+
+    def __str__(self) -> str:
+        return f"{self.message_id}: {self.outcome[:60]}"
 
 
 class Webhook(models.Model):

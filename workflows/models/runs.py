@@ -506,6 +506,7 @@ class Channel(models.TextChoices):
     MAIL_LINK = "mail_link", "mailed link"
     API = "api", "API"
     CHAT = "chat", "chat"
+    MAIL_REPLY = "mail_reply", "mail reply"
 
 
 class ApprovalQuerySet(models.QuerySet):
@@ -528,7 +529,8 @@ class Approval(models.Model):
     group = models.CharField(max_length=150, blank=True)
     waited_seconds = models.FloatField(null=True, blank=True)
     at = models.DateTimeField(default=timezone.now)
-    # How it was made, and from chat, by which chat account ("slack:T1/U2 @ann").
+    # How it was made; from chat, by which chat account ("slack:T1/U2 @ann"); from a mail
+    # reply, which message (its Message-ID).
     channel = models.CharField(max_length=16, choices=Channel, default=Channel.WEB,
                                db_default=Channel.WEB)
     chat_identity = models.CharField(max_length=200, blank=True, default="", db_default="")

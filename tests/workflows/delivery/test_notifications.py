@@ -191,7 +191,7 @@ def test_a_mail_the_server_keeps_refusing_is_given_up_after_its_retries(release_
 
     from workflows import clock
 
-    monkeypatch.setattr(notifications, "send_mail",
+    monkeypatch.setattr(notifications.EmailMultiAlternatives, "send",
                         lambda *a, **k: (_ for _ in ()).throw(OSError("refused")))
     run = engine.open_run(release_spec, actor=people["alice"]).run
     work(run, "build")
@@ -253,11 +253,11 @@ def test_no_mail_of_a_staged_gate_reads_wrong_words(db, people, settings):
     wrong = re.compile(r"\( |waits on :|waiting on :|Approve Approve| :\s")
     texts = []
     for checkpoint in Checkpoint.objects.filter(run=run).order_by("seq"):
-        for _, subject, body, _ in messages_for(checkpoint, "gate_waiting", "approve"):
+        for _, subject, body, _, _ in messages_for(checkpoint, "gate_waiting", "approve"):
             texts.append(subject + "\n" + body)
     engine.approve(run, "approve", user=people["dave"])
     last = Checkpoint.objects.filter(run=run).order_by("-seq").first()
-    texts += [s + "\n" + b for _, s, b, _ in messages_for(last, "gate_decided", "approve")]
+    texts += [s + "\n" + b for _, s, b, _, _ in messages_for(last, "gate_decided", "approve")]
     assert any("waits on dave (alice's manager)" in text for text in texts), texts
     assert [text for text in texts if wrong.search(text)] == []
 
