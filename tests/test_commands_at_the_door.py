@@ -146,3 +146,57 @@ def test_a_consumer_whose_commands_could_read_the_signing_key_does_not_start(she
         assert consumer.poll() is None, "".join(said)
     finally:
         stop(consumer, sig=2)
+
+
+REPLY_DOMAIN = "reply.tollgate.example.org"
+GATE_FOR_CAROL = """
+from django.contrib.auth.models import User
+from workflows.delivery import links
+from workflows.models import Step
+from workflows.permissions import deciders
+carol = User.objects.get(username="carol")
+gate = next(s for s in Step.objects.filter(status="waiting_approval").select_related("run")
+            if deciders(s.run, s).filter(pk=carol.pk).exists()
+            and not s.config["approval"].get("form") and not s.config["approval"].get("signature"))
+print(gate.pk, links.reply_address(carol, gate))
+"""
+
+
+def test_a_reply_through_the_mail_server_decides_and_a_database_away_is_retried(tmp_path):
+    """A mail server (aiosmtpd) pipes each reply to `manage.py receive_mail`, as Postfix's
+    pipe transport does: carol's signed reply approves her gate; with the database away
+    the command exits 75 and the server answers 451, so the sender's server tries again."""
+    from tests.support import mail
+
+    shell = a_shell(tmp_path)
+    records = tmp_path / "dkim.json"
+    mail.reply("x@example.org", "carol@example.com", "approve")  # makes example.com's key
+    mail.publish(records)
+    shell.env.update(TOLLGATE_REPLY_DOMAIN=REPLY_DOMAIN,
+                     TOLLGATE_TEST_DKIM_RECORDS=str(records),
+                     TOLLGATE_DKIM_DNS="tests.support.mail.dns_txt")
+    step, address = ok(shell("shell", "-c", GATE_FOR_CAROL)).split()[-2:]
+    reply = mail.reply(address, "Carol <carol@example.com>", "approve\nchecked the numbers")
+    server = mail.PipingMailServer([sys.executable, "manage.py", "receive_mail"],
+                                   shell.env, ROOT)
+    try:
+        away = {**shell.env, "DATABASE_URL": "postgres://tollgate@127.0.0.1:9/none"}
+        server.env = away
+        refused = server.send(reply, "carol@example.com", address)
+        assert refused is not None and refused.smtp_code == 451, server.answers
+        assert server.answers[-1][0] == 75, server.answers
+        server.env = shell.env
+        assert server.send(reply, "carol@example.com", address) is None, server.answers
+        assert "\ndecided: You approved" in server.answers[-1][1], server.answers
+    finally:
+        server.close()
+    recorded = ok(shell("shell", "-c", f"""
+from workflows.models import Approval
+a = Approval.objects.get(step_id={step}, user__username="carol")
+print(a.decision, a.channel, a.comment)""")).splitlines()[-1]
+    assert recorded == "approve mail_reply checked the numbers", recorded
+    # The mail server delivering it once more (a retry after a lost answer) decides nothing.
+    code, out = shell("receive_mail", "--recipient", address, stdin=reply.decode())
+    assert code == 0 and "a replay" in out, out
+    code, out = shell("receive_mail", stdin="no mail at all")
+    assert code == 65 and "no mail message" in out, out

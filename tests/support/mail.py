@@ -72,3 +72,61 @@ def reply(to: str, sender: str, text: str, *, subject: str = "Re: [Tollgate] QA 
                           include_headers=[b"from", b"to", b"subject", b"date", b"message-id"],
                           length=body_length)
     return signature + raw
+
+
+class PipingMailServer:
+    """A receiving mail server (aiosmtpd, on a socket the OS bound) that delivers each
+    recipient's copy to `command` on stdin, as Postfix's pipe transport does, and answers
+    the sender by its exit code: 0 taken, 75 try again later (451), anything else refused
+    (554). `answers` keeps what each delivery said."""
+
+    def __init__(self, command: list[str], env: dict, cwd):
+        import asyncio
+        import threading
+
+        from aiosmtpd.smtp import SMTP
+
+        from .processes import listener
+
+        self.command, self.env, self.cwd = command, env, cwd
+        self.answers: list[tuple[int, str]] = []
+        sock = listener()
+        self.port = sock.getsockname()[1]
+        self.loop = asyncio.new_event_loop()
+        self.server = self.loop.run_until_complete(
+            self.loop.create_server(lambda: SMTP(self), sock=sock))
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    async def handle_DATA(self, server, session, envelope) -> str:
+        import asyncio
+
+        for recipient in envelope.rcpt_tos:
+            proc = await asyncio.create_subprocess_exec(
+                *self.command, "--recipient", recipient, cwd=self.cwd, env=self.env,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT)
+            out, _ = await proc.communicate(envelope.original_content)
+            self.answers.append((proc.returncode, out.decode()))
+            if proc.returncode == 75:
+                return "451 4.3.0 Temporary failure, try again later"
+            if proc.returncode != 0:
+                return "554 5.6.0 Refused"
+        return "250 OK"
+
+    def send(self, raw: bytes, sender: str, recipient: str):
+        """Send one message through this server as another mail server would; the SMTP
+        error it refused with, or None when it took it."""
+        import smtplib
+
+        with smtplib.SMTP("127.0.0.1", self.port, timeout=120) as smtp:
+            try:
+                smtp.sendmail(sender, [recipient], raw)
+            except smtplib.SMTPResponseException as exc:
+                return exc
+        return None
+
+    def close(self) -> None:
+        self.server.close()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
