@@ -16,7 +16,7 @@ from huey.contrib.djhuey import db_periodic_task, db_task, on_startup, task
 from goals.rollup import fold_days, fold_tallies
 from workflows.audit import seals, timestamps
 from workflows.chat import interactions, providers
-from workflows.delivery import dispatch, notifications, outbox, webhooks
+from workflows.delivery import digests, dispatch, notifications, outbox, webhooks
 from workflows.ops import retention
 from workflows.recovery import presence, sweeper
 from workflows.workers import worker
@@ -144,6 +144,13 @@ def send_due_mail() -> None:
     """Send again the mails the mail server did not take (down, refusing) when due."""
     with presence.periodic("send_due_mail"):
         notifications.send_due()
+
+
+@db_periodic_task(crontab(), priority=PERIODIC_PRIORITY)
+def send_daily_digests() -> None:
+    """Each minute: the digests whose hour has come in their person's time zone."""
+    with presence.periodic("send_daily_digests"):
+        digests.send_digests()
 
 
 @db_task()

@@ -63,7 +63,12 @@ class ViewerTimeZone:
 def zone_of(user) -> zoneinfo.ZoneInfo:
     """The time zone a person reads times in (their preference, else the site's): for what is
     sent to them (mail, chat), where no request carries it."""
-    name = Preference.objects.filter(user=user).values_list("time_zone", flat=True).first()
+    return zone_named(Preference.objects.filter(user=user).values_list(
+        "time_zone", flat=True).first())
+
+
+def zone_named(name: str | None) -> zoneinfo.ZoneInfo:
+    """The zone of this name (a preference's), else the site's."""
     try:
         return zoneinfo.ZoneInfo(name) if name else timezone.get_default_timezone()
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):

@@ -108,3 +108,28 @@ def read_reply_address(address: str) -> ReplyTo | None:
                        shown, f"{body}.{mac}")
     except ValueError:
         return None
+
+
+DIGEST_SALT = "tollgate.digest"
+DIGEST_DAYS = 3  # a digest's "approve these together" link is for the days after it
+
+
+def digest_url(user, gates) -> str:
+    """The absolute link of a digest that opens the inbox with these gates ticked, for one
+    press to approve them all; opening it decides nothing."""
+    token = signing.dumps({"u": user.pk, "g": [gate.pk for gate in gates]}, salt=DIGEST_SALT,
+                          compress=True)
+    return absolute(f"{reverse('inbox')}?digest={token}")
+
+
+def read_digest(token: str) -> tuple[int, list[int]]:
+    """(the person, the gates) a digest link names; BadLink when altered or too old."""
+    try:
+        data = signing.loads(token, salt=DIGEST_SALT, max_age=DIGEST_DAYS * 86400)
+        return int(data["u"]), [int(pk) for pk in data["g"]]
+    except signing.SignatureExpired:
+        raise BadLink(f"This digest's link expired: it works for {DIGEST_DAYS} days; the "
+                      "gates that still wait on you are below.") from None
+    except (signing.BadSignature, KeyError, TypeError, ValueError):
+        raise BadLink("This is not a Tollgate digest link (it may have been cut short by a "
+                      "mail program); the gates that wait on you are below.") from None

@@ -64,8 +64,9 @@ class ApiToken(models.Model):
 
 class Preference(models.Model):
     """What a person sets for themselves: the time zone their pages show times in (empty:
-    the site's, TIME_ZONE), and while they are away, who decides their gates. Their manager
-    (a gate's `manager` rule) is set by an admin or by the sign-on provider's claim."""
+    the site's, TIME_ZONE), a daily digest, and while they are away, who decides their
+    gates. Their manager (a gate's `manager` rule) is set by an admin or by the sign-on
+    provider's claim."""
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
                                 related_name="tollgate_preference")
@@ -80,6 +81,12 @@ class Preference(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
         related_name="reports", help_text="Decides the gates whose rule names the requester's "
                                           "manager.")
+    # One mail a day at this hour of the person's own time zone, listing every gate that
+    # waits on them (none: no digest); the day it was last sent, in that zone.
+    digest_hour = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="The hour (0-23, in the person's time zone) of a "
+                                         "daily mail listing the gates that wait on them.")
+    digest_sent_on = models.DateField(null=True, blank=True)
 
     class Meta:
         # The model's plain change permission is not enough to give approval power: a manager
@@ -90,6 +97,8 @@ class Preference(models.Model):
                                    name="preference_delegate_not_self"),
             models.CheckConstraint(condition=~models.Q(manager=models.F("user")),
                                    name="preference_manager_not_self"),
+            models.CheckConstraint(condition=models.Q(digest_hour__lte=23),
+                                   name="preference_digest_hour_of_a_day"),
             # An away period has both ends, in order, and a delegate; or it is not set.
             models.CheckConstraint(
                 condition=models.Q(away_from__isnull=True, away_until__isnull=True)
@@ -99,7 +108,11 @@ class Preference(models.Model):
         ]
         indexes = [models.Index(fields=["delegate", "away_until"],
                                 condition=models.Q(delegate__isnull=False),
-                                name="preference_delegate_idx")]
+                                name="preference_delegate_idx"),
+                   # The people whose digest may be due (digests.due).
+                   models.Index(fields=["digest_hour"],
+                                condition=models.Q(digest_hour__isnull=False),
+                                name="preference_digest_idx")]
 
     def __str__(self) -> str:
         return f"{self.user}: {self.time_zone or 'site time zone'}"

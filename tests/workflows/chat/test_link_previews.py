@@ -12,13 +12,14 @@ from urllib.parse import urlsplit
 import pytest
 from django.test import Client
 
-from workflows.delivery import outbox
+from workflows.delivery import digests, outbox
 from workflows.models import (
     Approval,
     ChatIdentity,
     Checkpoint,
     Notification,
     OutboxMessage,
+    Preference,
     Step,
 )
 
@@ -38,6 +39,10 @@ def test_opening_every_link_a_channel_sends_decides_nothing(platform, people, se
     platform.handled()
     sent = [platform.shown(channel) for channel in platform.posted_channels()]
     sent += platform.told("erin") + platform.told("bob")
+    # bob's daily digest too (its hour, midnight, has come; its "approve together" link, for
+    # two plain gates or more, is opened in tests/workflows/delivery/test_digests.py).
+    Preference.objects.update_or_create(user=people["bob"], defaults={"digest_hour": 0})
+    assert digests.send_digests() == 1
     sent += list(Notification.objects.values_list("body", flat=True))
     ours = urlsplit(settings.TOLLGATE_BASE_URL).netloc
     links = {url for text in sent for url in LINK.findall(text.replace("\\u0026", "&"))

@@ -234,3 +234,34 @@ def test_replies_off_no_reply_address_and_mail_to_one_is_dropped(gate, people, s
     assert all("Reply-To" not in m.extra_headers for m in mail.outbox)
     assert not replies.receive(mails.reply(to, "bob@example.com", "approve"),
                                via="mta").decided
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_reply_delivered_twice_at_once_decides_once(gate, people):
+    """Two mail servers (or a retry racing the first try) hand over the same reply at the
+    same moment: one decides, the other finds its Message-ID taken."""
+    import threading
+
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("two writers at once: PostgreSQL")
+    to = mailed_reply_to(gate, people["bob"])
+    raw = mails.reply(to, "bob@example.com", "approve")
+    outcomes, barrier = [], threading.Barrier(2)
+
+    def server():
+        barrier.wait()
+        try:
+            outcomes.append(replies.receive(raw, via="mta").decided)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=server) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == [False, True]
+    assert decided(gate) == [("bob", "approve", "mail_reply")]
+    assert MailReply.objects.count() == 1

@@ -22,7 +22,8 @@ from workflows.web.forms import AwayForm
 @never_cache  # the page shows a new token once: no cache may keep it
 @require_http_methods(["GET", "POST"])
 def profile(request):
-    """Your API tokens (create one, shown once, or revoke one) and your time zone."""
+    """Your API tokens (create one, shown once, or revoke one), your time zone, your daily
+    digest and your away period."""
     new_token = away = None
     preference = Preference.objects.filter(user=request.user).first() or Preference(
         user=request.user)
@@ -38,6 +39,18 @@ def profile(request):
             messages.success(request, f"Times now show in {preference.time_zone or 'the '
                                                           'site time zone'}.")
             return redirect("profile")
+    elif request.method == "POST" and "digest_hour" in request.POST:
+        hour = request.POST["digest_hour"].strip()
+        if hour and not (hour.isdigit() and 0 <= int(hour) <= 23):
+            messages.error(request, f"The digest's hour must be a whole hour from 0 to 23, not "
+                                    f"{hour[:20]!r}: nothing was changed.")
+            return redirect("profile")
+        preference.digest_hour = int(hour) if hour else None
+        if _saved(request, preference):
+            messages.success(request, f"A digest of the gates waiting on you comes each day "
+                                      f"at {preference.digest_hour:02d}:00 your time."
+                             if hour else "No more digests.")
+        return redirect("profile")
     elif request.method == "POST" and "away" in request.POST:
         away = AwayForm(request.POST)
         if away.is_valid():
@@ -71,7 +84,8 @@ def profile(request):
         "passkeys_possible": passkeys.possible(request), "preference": preference, "away": away,
         "away_now": preference.delegating_at(clock.now()),
         "deciding_for": acting_for(request.user),
-        "zones": timezones.choices(), "site_zone": settings.TIME_ZONE})
+        "zones": timezones.choices(), "site_zone": settings.TIME_ZONE,
+        "hours": range(24)})
 
 
 def _saved(request, preference) -> bool:

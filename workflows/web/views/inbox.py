@@ -7,6 +7,7 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 
@@ -46,10 +47,38 @@ def inbox(request):
     form, view, query = _view(request)
     watching = polls.inbox_versions(request)  # before the rows
     choices = cards.inbox_choices(request.user)
+    gates = cards.inbox_gates(request.user, view)
+    ticked, digest_notice = _from_digest(request, gates)
     return render(request, template, {"live": watching, "away": _away(request.user),
-                                      "gates": cards.inbox_gates(request.user, view),
+                                      "gates": gates, "ticked": ticked,
+                                      "digest_notice": digest_notice,
                                       "inbox_limit": cards.INBOX_LIMIT, "view_form": form,
                                       "view": view, "view_query": query, **choices})
+
+
+def _from_digest(request, gates) -> tuple[set[int], str]:
+    """The gates a digest's "approve together" link ticks (those of its list that still wait
+    on this person and a press can decide), and what the page says of them. Ticking decides
+    nothing: "Approve selected" does, with the evidence the cards show."""
+    token = request.GET.get("digest", "")
+    if not token:
+        return set(), ""
+    try:
+        user_id, listed = links.read_digest(token)
+    except links.BadLink as exc:
+        return set(), str(exc)
+    if user_id != request.user.pk:
+        return set(), ("This digest's link was sent to someone else: nothing is ticked; the "
+                       "gates that wait on you are below.")
+    ticked = {gate.pk for gate in gates if gate.pk in set(listed)
+              and not gate.signing and not gate.config.get("approval", {}).get("form")}
+    gone = len(set(listed) - ticked)
+    notice = (f"From your digest: {len(ticked)} gate{pluralize(len(ticked))} ticked below. "
+              "Read them, then press “Approve selected” to approve them all.")
+    if gone:
+        notice += (f" {gone} of the digest's gates no longer wait{pluralize(gone, 's,')} "
+                   "on you, or changed so that a press cannot decide them.")
+    return ticked, notice
 
 
 def _away(user):
