@@ -25,7 +25,9 @@ PRODUCTION = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50),
 def test_check_deploy_is_clean_with_production_settings(tmp_path):
     env = {**consumer_env(), **PRODUCTION, "TOLLGATE_VAR_DIR": str(tmp_path),
            "TOLLGATE_AUDIT_KEY_FILE": str(tmp_path / "keys" / "audit.pem"),
-           "TOLLGATE_COMMAND_USER": "nobody"}
+           "TOLLGATE_COMMAND_USER": "nobody",
+           "TOLLGATE_VAPID_KEY_FILE": str(tmp_path / "keys" / "vapid.pem"),
+           "TOLLGATE_VAPID_SUBJECT": "mailto:ops@example.com"}
     # Only what a production deployment sets: no test conveniences leak into the check.
     for name in ("TOLLGATE_SSL_REDIRECT", "TOLLGATE_SECURE_COOKIES", "TOLLGATE_EMAIL_BACKEND",
                  "DJANGO_ALLOW_ASYNC_UNSAFE"):

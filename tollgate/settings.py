@@ -496,6 +496,12 @@ def env_json(name: str, default, kind: type, what: str):
     return value
 
 
+# Push notifications to people's browsers and phones (Web Push with VAPID): the private key
+# (a PEM file, made at first use when missing; every web and consumer process must read the
+# same one) and the contact the push services are given. Unset: no push (check --deploy
+# says so).
+TOLLGATE_VAPID_KEY_FILE = os.environ.get("TOLLGATE_VAPID_KEY_FILE", "")
+TOLLGATE_VAPID_SUBJECT = os.environ.get("TOLLGATE_VAPID_SUBJECT", "")
 # Replies through a hosted mail service's inbound webhook (django-anymail, at
 # /anymail/<service>/inbound/): the webhook's shared secret ("user:password", which the
 # service sends as basic authentication); empty: off. TOLLGATE_ANYMAIL holds the service's

@@ -52,7 +52,9 @@ def test_the_image_is_non_root_read_only_checked_and_deploy_clean(image, databas
     production = {**database, "TOLLGATE_SSL_REDIRECT": "1", "TOLLGATE_SECURE_COOKIES": "1",
                   "ALLOWED_HOSTS": "tollgate.example.com",
                   "TOLLGATE_BASE_URL": "https://tollgate.example.com",
-                  "TOLLGATE_AUDIT_KEY_FILE": "/run/secrets/audit-key.pem"}
+                  "TOLLGATE_AUDIT_KEY_FILE": "/run/secrets/audit-key.pem",
+                  "TOLLGATE_VAPID_KEY_FILE": "/data/vapid-key.pem",
+                  "TOLLGATE_VAPID_SUBJECT": "mailto:ops@example.com"}
     # The web app as itself; a consumer as root, starting commands as tollgate-steps.
     for user, extra in (("", {"TOLLGATE_ROLE": "web"}),
                         ("0:0", {"TOLLGATE_ROLE": "consumer",

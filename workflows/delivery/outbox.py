@@ -20,7 +20,7 @@ from django.db.models import Q
 from workflows import clock, engine
 from workflows.chat import messages as chat_messages
 from workflows.chat import providers as chat_providers
-from workflows.delivery import dispatch, notifications, webhooks
+from workflows.delivery import dispatch, notifications, push, webhooks
 from workflows.engine import Announcement
 from workflows.models import (
     Checkpoint,
@@ -135,6 +135,7 @@ def deliver(message_id: int, now=None) -> str:
         checkpoint = Checkpoint.objects.get(run_id=message.run_id, seq=message.seq)
         if message.job == OutboxJob.NOTIFY:
             notifications.deliver(checkpoint.pk, events)
+            push.deliver(checkpoint.pk, events)
         elif message.job == OutboxJob.PARENT:
             engine.children.child_ended(message.run_id)
         elif message.job == OutboxJob.CHAT:

@@ -17,6 +17,7 @@ from .delivery import (  # noqa: F401
     Notification,
     OutboxJob,
     OutboxMessage,
+    PushSubscription,
     Webhook,
     WebhookDelivery,
 )

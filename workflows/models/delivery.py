@@ -73,6 +73,27 @@ class MailReply(models.Model):
         return f"{self.message_id}: {self.outcome[:60]}"
 
 
+class PushSubscription(models.Model):
+    """A browser a person turned notifications on in (its PushSubscription: the push
+    service's endpoint and the keys its messages are encrypted to). Removed by the person, or
+    when the push service says it is gone (404 or 410)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="push_subscriptions")
+    endpoint = models.URLField(max_length=1000, unique=True)
+    p256dh = models.CharField(max_length=100)  # the browser's public key, base64url
+    auth = models.CharField(max_length=50)  # its authentication secret, base64url
+    device = models.CharField(max_length=200, blank=True)  # the browser, as it named itself
+    created_at = models.DateTimeField(default=now)
+    last_pushed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.device or self.endpoint[:60]}"
+
+
 class Webhook(models.Model):
     """A URL that hears about a group's gates: waiting, decided, escalated (signed JSON)."""
 

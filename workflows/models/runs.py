@@ -507,6 +507,7 @@ class Channel(models.TextChoices):
     API = "api", "API"
     CHAT = "chat", "chat"
     MAIL_REPLY = "mail_reply", "mail reply"
+    PUSH = "push", "push notification"
 
 
 class ApprovalQuerySet(models.QuerySet):

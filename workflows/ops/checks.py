@@ -59,6 +59,19 @@ def sign_on_issuer(app_configs, **kwargs):
     return []
 
 
+@register(deploy=True)
+def push_keys(app_configs, **kwargs):
+    """Without a VAPID key people's browsers and phones are never notified."""
+    if not settings.TOLLGATE_VAPID_KEY_FILE:
+        return [Warning("TOLLGATE_VAPID_KEY_FILE is not set: push notifications are off, so "
+                        "a gate waiting on someone reaches their phone only by mail or chat.",
+                        hint="Point it at a file every web and consumer process reads (made "
+                             "at first use when missing), and set TOLLGATE_VAPID_SUBJECT to "
+                             "a mailto: or https: contact for the push services.",
+                        id="tollgate.W012")]
+    return []
+
+
 @register(Tags.security, deploy=True)
 def api_docs(app_configs, **kwargs):
     """The API's description tells an anonymous caller every route and field."""

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from workflows.web.views import account, chat, inbox, oversight, runs, specs
+from workflows.web.views import account, app, chat, inbox, oversight, runs, specs
 
 urlpatterns = [
     path("", inbox.inbox, name="inbox"),
@@ -34,4 +34,8 @@ urlpatterns = [
     path("chat/teams/messages/", chat.platform_requests, {"platform": "teams"},
          name="teams_messages"),
     path("chat/link/<str:token>/", chat.chat_link, name="chat_link"),
+    path("manifest.webmanifest", app.manifest, name="manifest"),
+    path("sw.js", app.service_worker, name="service_worker"),
+    path("push/subscriptions/", app.push_subscribe, name="push_subscribe"),
+    path("push/subscriptions/<int:pk>/remove/", app.push_unsubscribe, name="push_unsubscribe"),
 ]

@@ -13,6 +13,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from workflows import clock, engine, timezones
+from workflows.delivery import push
 from workflows.models import ApiToken, Preference
 from workflows.permissions import acting_for
 from workflows.web import passkeys
@@ -85,7 +86,9 @@ def profile(request):
         "away_now": preference.delegating_at(clock.now()),
         "deciding_for": acting_for(request.user),
         "zones": timezones.choices(), "site_zone": settings.TIME_ZONE,
-        "hours": range(24)})
+        "hours": range(24),
+        "push_key": push.public_key() if push.enabled() else "",
+        "push_devices": request.user.push_subscriptions.all()})
 
 
 def _saved(request, preference) -> bool:

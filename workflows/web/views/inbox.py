@@ -195,7 +195,12 @@ def decide(request, token: str):
     cards.signing([gate], request.user)
     # The mail showed the evidence as it stood then: say so when it has changed since.
     changed = bool(link.shown) and not gate.evidence_digest.startswith(link.shown)
-    return render(request, "workflows/decide.html", {"gate": gate, "changed": changed})
+    # Opened from a push notification's Approve or Reject: that choice made, one press left.
+    via = "push" if request.GET.get("via") == "push" else "mail_link"
+    choice = request.GET.get("choice", "") if via == "push" else ""
+    return render(request, "workflows/decide.html", {
+        "gate": gate, "changed": changed, "via": via,
+        "choice": choice if choice in ("approve", "reject") else ""})
 
 
 @require_GET

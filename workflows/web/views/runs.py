@@ -261,7 +261,7 @@ def _respond(request, run_id: int, *, key: str = "",
                 return render(request, "workflows/inbox.html#gate-card",
                               {"gate": gate, "notice": message,
                                "via": request.POST.get("via", ""),
-                               "single": request.POST.get("via") == "mail_link"},
+                               "single": request.POST.get("via") in ("mail_link", "push")},
                               status=status)
             # The gate as the decision left it: the engine's rows, no query.
             return render(request, "workflows/inbox.html#decided",
@@ -290,7 +290,7 @@ def _require_readable(request, pk: int) -> None:
         raise Http404(f"Run {pk} does not exist.")
 
 
-PAGE_CHANNELS = (Channel.WEB, Channel.RUN_PAGE, Channel.MAIL_LINK)
+PAGE_CHANNELS = (Channel.WEB, Channel.RUN_PAGE, Channel.MAIL_LINK, Channel.PUSH)
 
 
 def decide(request, pk: int, key: str, action: str, data, signature):
