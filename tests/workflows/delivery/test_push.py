@@ -10,8 +10,8 @@ import json
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 from django.test import Client
+from django.utils import timezone
 
 from tests.support.push import PushService, Subscriber, vapid_claims
 from tests.workflows.helpers import work
