@@ -50,11 +50,15 @@ def enabled() -> bool:
     return bool(settings.TOLLGATE_VAPID_KEY_FILE)
 
 
-@cache
 def _vapid() -> Vapid:
     """The deployment's VAPID key, made at first use when its file is missing (mode 0600;
     processes racing to make it agree on the first one written)."""
-    path = Path(settings.TOLLGATE_VAPID_KEY_FILE)
+    return _load(settings.TOLLGATE_VAPID_KEY_FILE)
+
+
+@cache
+def _load(name: str) -> Vapid:
+    path = Path(name)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         pem = ec.generate_private_key(ec.SECP256R1()).private_bytes(

@@ -30,11 +30,9 @@ def service(settings, tmp_path):
     # The test's push service is on this machine: the address rules let it be reached.
     settings.TOLLGATE_WEBHOOK_HTTP_HOSTS = ["127.0.0.1"]
     settings.TOLLGATE_WEBHOOK_ALLOW_PRIVATE = True
-    push._vapid.cache_clear()
     running = PushService()
     yield running
     running.close()
-    push._vapid.cache_clear()
 
 
 def signed_in(user) -> Client:
