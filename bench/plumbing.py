@@ -143,7 +143,7 @@ def search_plan() -> dict:
     pg_trgm, SQLite's FTS5 trigram table), not a scan."""
     from django.db import connection
 
-    from workflows import selectors
+    from workflows.reads import selectors
 
     if connection.vendor != "postgresql":  # the trigram table's lookup, then the ids
         with connection.cursor() as cursor:

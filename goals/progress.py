@@ -30,8 +30,8 @@ from workflows.models import (
     Step,
     StepStatus,
 )
-from workflows.permissions import readable_runs, sees_every_run
-from workflows.timezones import day_starts
+from workflows.people.permissions import readable_runs, sees_every_run
+from workflows.timing.timezones import day_starts
 
 from .models import Goal, GoalLink, GoalStatus
 

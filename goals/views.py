@@ -9,7 +9,7 @@ from django.views.decorators.http import require_GET
 from tollgate.exports import csv_rows
 from tollgate.query import int_param
 from workflows.models import Run
-from workflows.permissions import readable_runs
+from workflows.people.permissions import readable_runs
 
 from .models import Goal, GoalStatus
 from .progress import progress_report

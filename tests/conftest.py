@@ -7,8 +7,8 @@ import sys
 import pytest
 from django.contrib.auth.models import Group, Permission, User
 
-from workflows import clock
 from workflows.specs.storage import store_spec
+from workflows.timing import clock
 
 RELEASE = {
     "name": "release",

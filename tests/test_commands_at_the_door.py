@@ -153,7 +153,7 @@ GATE_FOR_CAROL = """
 from django.contrib.auth.models import User
 from workflows.delivery import links
 from workflows.models import Step
-from workflows.permissions import deciders
+from workflows.people.permissions import deciders
 carol = User.objects.get(username="carol")
 gate = next(s for s in Step.objects.filter(status="waiting_approval").select_related("run")
             if deciders(s.run, s).filter(pk=carol.pk).exists()

@@ -17,7 +17,8 @@ from django.test import Client
 from django.utils import timezone
 
 from goals.models import Goal
-from workflows import engine, processes
+from workflows import engine
+from workflows.engine import processes
 from workflows.models import ApiToken, Checkpoint, Preference, Run, WorkflowSpec
 
 from .conftest import make_user
@@ -601,8 +602,8 @@ def test_an_operator_cannot_reassign_a_gate_to_someone_away_she_stands_in_for(wo
     """Not to herself by the back door: a person away who named her their delegate."""
     from datetime import timedelta
 
-    from workflows import clock
     from workflows.models import Preference
+    from workflows.timing import clock
 
     olga, mia = world["users"]["operator"], world["users"]["member"]
     now = clock.now()

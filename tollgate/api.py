@@ -30,7 +30,7 @@ from tollgate import dbfaults
 from workflows.api import runs, specs, steps, workers
 from workflows.engine import WorkflowError
 from workflows.models import ApiToken
-from workflows.permissions import vouched_for
+from workflows.people.permissions import vouched_for
 from workflows.specs.values import BadValue, check_json
 
 

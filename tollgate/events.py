@@ -3,7 +3,7 @@
 An open inbox or run page (with `TOLLGATE_LIVE_EVENTS_URL` set) holds one stream here
 instead of polling each second: `GET /live/events?page=<its path>&watch=<its signed
 keys>&seen=<what it saw of them>`. The stream says `changed` once something the page
-watches has rung (workflows.live) and ends; the page then asks its view for what changed,
+watches has rung (workflows.reads.live) and ends; the page then asks its view for what changed,
 as its poll does, and opens a new stream with the versions the answer gives.
 
 One loop per process reads the versions of every key its open streams watch, all in one
@@ -27,7 +27,7 @@ django.setup()
 
 from django.conf import settings  # noqa: E402  (after Django is set up)
 
-from workflows import live  # noqa: E402
+from workflows.reads import live  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -83,7 +83,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "workflows.sso.middleware.SessionAge",
     "workflows.sso.middleware.SsoRecheck",
-    "workflows.timezones.ViewerTimeZone",
+    "workflows.timing.timezones.ViewerTimeZone",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
@@ -304,7 +304,7 @@ else:
 # What open pages poll for: a version per person, group and run, kept outside the database
 # (Redis where there is one, else a small SQLite file of its own beside the database) so
 # that a poll that finds nothing changed touches neither the session nor the database
-# (workflows.live).
+# (workflows.reads.live).
 TOLLGATE_LIVE_REDIS_URL = REDIS_URL
 TOLLGATE_LIVE_FILE = str(VAR_DIR / f"live-{HUEY['name']}.sqlite3")
 TOLLGATE_LIVE_PREFIX = HUEY["name"] + "-live:"

@@ -19,7 +19,7 @@ _PUBLIC = {
     "workflows.specs.validation": ["validate_spec"],
     # Reads: runs as the runs page and GET /api/runs filter them, a run's timeline, where a
     # run stands, its audit, and how many gates wait on a person.
-    "workflows.selectors": ["runs", "timeline", "resume_state", "run_audit", "inbox_count"],
+    "workflows.reads.selectors": ["runs", "timeline", "resume_state", "run_audit", "inbox_count"],
 }
 _OWNER = {name: module for module, names in _PUBLIC.items() for name in names}
 

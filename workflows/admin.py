@@ -6,11 +6,8 @@ from django.contrib.auth.admin import UserAdmin
 from django.contrib.auth.models import User
 from django.db.models import Q
 
-from workflows.specs.storage import archive_versions, require_author, store_spec
-from workflows.specs.validation import SpecError, masked, spec_problems, validate_spec
-
-from . import clock, engine
-from .models import (
+from workflows import engine
+from workflows.models import (
     ApiToken,
     Approval,
     ChatIdentity,
@@ -26,8 +23,16 @@ from .models import (
     WebhookDelivery,
     WorkflowSpec,
 )
-from .permissions import can_change_specs, readable_runs, sees_every_run
-from .schedules import require_schedule_rights, save_schedule, slot_key, upcoming_slots
+from workflows.people.permissions import can_change_specs, readable_runs, sees_every_run
+from workflows.specs.storage import archive_versions, require_author, store_spec
+from workflows.specs.validation import SpecError, masked, spec_problems, validate_spec
+from workflows.timing import clock
+from workflows.timing.schedules import (
+    require_schedule_rights,
+    save_schedule,
+    slot_key,
+    upcoming_slots,
+)
 
 
 class SpecForm(forms.ModelForm):

@@ -9,11 +9,16 @@ class WorkflowsConfig(AppConfig):
     def ready(self) -> None:
         # checks registers itself; tasks binds the queue's tasks to dispatch, in web
         # processes as in consumers.
-        from workflows import goal_closing, tasks, timezones  # noqa: F401
+        from workflows import tasks  # noqa: F401
         from workflows.delivery import dispatch, outbox
-        from workflows.engine import transition_committed, transition_recording
+        from workflows.engine import (
+            goal_closing,  # noqa: F401
+            transition_committed,
+            transition_recording,
+        )
         from workflows.ops import checks, metrics  # noqa: F401
         from workflows.sso import middleware as sso_sessions
+        from workflows.timing import timezones  # noqa: F401
 
         transition_recording.connect(outbox.record, dispatch_uid="tollgate-outbox")
         transition_committed.connect(dispatch.on_transition, dispatch_uid="tollgate-dispatch")
@@ -36,13 +41,13 @@ class WorkflowsConfig(AppConfig):
             tracing.setup()
 
     def connect_live(self) -> None:
-        """Open pages learn of changes from workflows.live's versions."""
+        """Open pages learn of changes from workflows.reads.live's versions."""
         from django.contrib.auth import get_user_model
         from django.db.models.signals import m2m_changed, post_delete, post_save
 
-        from workflows import live
         from workflows.engine import transition_recording
         from workflows.models import Preference
+        from workflows.reads import live
 
         transition_recording.connect(live.on_transition, dispatch_uid="tollgate-live")
         user_logged_out.connect(live.end_session, dispatch_uid="tollgate-live-session")

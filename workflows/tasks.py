@@ -17,12 +17,11 @@ from goals.rollup import fold_days, fold_tallies
 from workflows.audit import seals, timestamps
 from workflows.chat import interactions, providers
 from workflows.delivery import digests, dispatch, notifications, outbox, webhooks
+from workflows.models import WebhookDelivery
 from workflows.ops import retention
 from workflows.recovery import presence, sweeper
+from workflows.timing import deadlines, schedules
 from workflows.workers import worker
-
-from . import deadlines, schedules
-from .models import WebhookDelivery
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ def measure(bench) -> None:
     from django.test import Client
 
     from bench import data
-    from workflows import clock
+    from workflows.timing import clock
 
     viewer, _ = User.objects.get_or_create(username="bench-viewer")
     viewer.groups.add(Group.objects.get_or_create(name="bench-qa")[0])

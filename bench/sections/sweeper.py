@@ -74,7 +74,8 @@ def measure(bench) -> None:
 
     from django.contrib.auth.models import Group
 
-    from workflows import deadlines, engine
+    from workflows import engine
+    from workflows.timing import deadlines
 
     Group.objects.get_or_create(name="bench-qa")
     deadline_spec = store_spec({"name": "bench-deadline", "steps": [

@@ -12,8 +12,9 @@ from django.test import Client
 
 from goals.models import Goal
 from tests.workflows.helpers import work
-from workflows import clock, engine
+from workflows import engine
 from workflows.models import Run
+from workflows.timing import clock
 
 pytestmark = pytest.mark.django_db
 

@@ -8,11 +8,12 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from workflows import engine, schedules
+from workflows import engine
 from workflows.models import Schedule, WorkflowSpec
 from workflows.models.schedules import ScheduleError, validate_schedule
 from workflows.specs.storage import store_spec
 from workflows.specs.validation import SpecError, validate_spec
+from workflows.timing import schedules
 
 from ..conftest import RELEASE
 
@@ -114,8 +115,8 @@ def test_a_runs_audit_downloads_as_json_and_csv_from_the_api(api, waiting, peopl
 def test_one_broken_deadline_does_not_hold_the_others(release_spec, monkeypatch):
     from datetime import timedelta
 
-    from workflows import deadlines
     from workflows.models import Step
+    from workflows.timing import deadlines
 
     spec = store_spec({"name": "timed", "steps": [
         {"key": "g", "approval": {"group": "qa", "timeout_seconds": 60}}]})[0]

@@ -11,10 +11,11 @@ from datetime import timedelta
 import pytest
 
 from tests.workflows.helpers import work
-from workflows import clock, engine
+from workflows import engine
 from workflows.delivery import links
 from workflows.models import Preference
 from workflows.specs.storage import store_spec
+from workflows.timing import clock
 
 from .conftest import login
 from .test_accessibility import violations

@@ -15,7 +15,7 @@ from tests.conftest import RELEASE, make_user
 from workflows import engine
 from workflows.errors import NotPermitted
 from workflows.models import SsoIdentity
-from workflows.sessions import SIGNED_IN_AT
+from workflows.people.sessions import SIGNED_IN_AT
 from workflows.specs.storage import store_spec
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

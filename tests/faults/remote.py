@@ -45,8 +45,8 @@ def sweep(seconds: float, offset_file: str, step: str) -> dict:
     import time
     from pathlib import Path
 
-    from workflows import deadlines
     from workflows.recovery import sweeper
+    from workflows.timing import deadlines
 
     done = {"expired": 0, "timed_out": 0, "reminded": 0, "stepped_by": 0.0}
     end = time.monotonic() + seconds

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from workflows import engine, processes
+from workflows import engine
+from workflows.engine import processes
 from workflows.models import Checkpoint, Compensation, Notification, OutboxMessage, Run, Step
 from workflows.specs.storage import store_spec
 from workflows.specs.validation import SpecError

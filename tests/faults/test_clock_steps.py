@@ -16,9 +16,10 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
-from workflows import clock, engine
+from workflows import engine
 from workflows.models import ApiToken, Checkpoint, Step
 from workflows.specs.storage import store_spec
+from workflows.timing import clock
 
 from ..support.attempts import logged_shell, overlaps
 from ..support.processes import ROOT, listener, start_gunicorn, stop, wait_for

@@ -15,8 +15,9 @@ from goals import tree
 from goals.models import Goal
 from goals.progress import percentile, progress_report
 from tests.workflows.helpers import work
-from workflows import clock, engine
+from workflows import engine
 from workflows.models import Run, RunDay, Step
+from workflows.timing import clock
 
 pytestmark = pytest.mark.django_db
 

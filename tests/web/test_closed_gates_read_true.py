@@ -11,9 +11,10 @@ import pytest
 from django.test import Client
 
 from tests.workflows.helpers import work
-from workflows import clock, engine
+from workflows import engine
 from workflows.models import Preference
 from workflows.specs.storage import store_spec
+from workflows.timing import clock
 
 pytestmark = pytest.mark.django_db
 

@@ -233,7 +233,8 @@ def test_tracing_records_requests_and_worker_attempts(release_spec, monkeypatch)
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from tollgate import tracing
-    from workflows import engine, processes
+    from workflows import engine
+    from workflows.engine import processes
     from workflows.workers import worker
 
     monkeypatch.setattr(trace, "_TRACER_PROVIDER_SET_ONCE", trace.Once())

@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 
 from tests.conftest import make_user
-from workflows import live
+from workflows.reads import live
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -139,7 +139,7 @@ def test_the_deadlines_page_shows_waiting_time_per_group_as_a_distribution(clien
                                                                           gates):
     from django.contrib.auth.models import Permission
 
-    from workflows import briefs
+    from workflows.reads import briefs
 
     # One more qa gate that has waited ten days.
     long_ago = engine.open_run(spec("release", "qa"), actor=people["alice"]).run

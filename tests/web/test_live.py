@@ -1,4 +1,4 @@
-"""Open pages poll their versions (workflows.live): nothing changed is answered without the
+"""Open pages poll their versions (workflows.reads.live): nothing changed is answered without the
 session or the database; every change that can alter a page rings it."""
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from django.utils import timezone
 
 from tests.conftest import make_user
 from tollgate.wsgi import application
-from workflows import engine, live
+from workflows import engine
 from workflows.models import Preference
+from workflows.reads import live
 from workflows.specs.storage import store_spec
 
 

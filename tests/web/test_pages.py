@@ -7,8 +7,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from goals.models import Goal
-from workflows import engine, selectors
+from workflows import engine
 from workflows.models import Approval, Checkpoint, Run
+from workflows.reads import selectors
 from workflows.web import cards
 
 pytestmark = pytest.mark.django_db

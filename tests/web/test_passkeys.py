@@ -141,7 +141,7 @@ def test_without_a_passkey_the_page_offers_none_and_asking_is_refused(signed_gat
 
 def test_only_a_fresh_sign_in_adds_a_passkey(people, settings):
     """A session cookie stolen, or a desk left open, an hour on cannot enrol a key of its own."""
-    from workflows.sessions import SIGNED_IN_AT
+    from workflows.people.sessions import SIGNED_IN_AT
 
     bob = signed_in(people["bob"])
     session = bob.session
@@ -158,7 +158,7 @@ def test_only_a_fresh_sign_in_adds_a_passkey(people, settings):
 
 def test_only_a_fresh_sign_in_removes_a_passkey(people, settings):
     """Nor can it take the person's own key away (to sign without it, or lock them out)."""
-    from workflows.sessions import SIGNED_IN_AT
+    from workflows.people.sessions import SIGNED_IN_AT
 
     bob = signed_in(people["bob"])
     add_passkey(bob)

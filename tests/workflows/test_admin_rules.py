@@ -10,8 +10,8 @@ from workflows import engine
 from workflows.delivery import webhooks
 from workflows.delivery.addresses import RefusedAddress, check_url
 from workflows.models import ApiToken, Approval, Schedule, Webhook, WebhookDelivery
-from workflows.schedules import save_schedule
 from workflows.specs.storage import store_spec
+from workflows.timing.schedules import save_schedule
 
 from ..conftest import make_user
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from workflows import engine, permissions
+from workflows import engine
 from workflows.delivery.notifications import messages_for
 from workflows.delivery.outbox import notification_events
 from workflows.engine import Announcement
 from workflows.errors import InvalidInput
 from workflows.models import Approval, Checkpoint, GateRule, Preference
+from workflows.people import permissions
 from workflows.specs.storage import store_spec
 from workflows.specs.validation import SpecError, validate_spec
 

@@ -217,8 +217,8 @@ def test_a_pruned_run_is_signed_as_pruned_and_one_deleted_by_hand_is_not(
         decided, release_spec, settings, tmp_path):
     from datetime import timedelta
 
-    from workflows import clock
     from workflows.ops.retention import prune_runs
+    from workflows.timing import clock
 
     gone = engine.open_run(release_spec).run
     engine.cancel_run(gone, reason="not needed")
@@ -450,8 +450,8 @@ def test_every_seal_deleted_and_a_run_rewritten_is_found(decided, settings, tmp_
     whose chain stands unsealed past two periods is named."""
     from datetime import timedelta
 
-    from workflows import clock
     from workflows.models import Run
+    from workflows.timing import clock
 
     settings.TOLLGATE_AUDIT_HEAD_FILE = str(tmp_path / "head.json")
     seals.seal()

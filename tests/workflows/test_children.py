@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from workflows import engine, processes
+from workflows import engine
 from workflows.delivery import outbox
+from workflows.engine import processes
 from workflows.models import Checkpoint, OutboxMessage, Run, Step
 from workflows.recovery.recover import recover_run
 from workflows.specs.storage import store_spec

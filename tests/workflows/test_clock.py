@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from workflows import clock
+from workflows.timing import clock
 
 postgresql_only = pytest.mark.skipif(connection.vendor != "postgresql",
                                 reason="SQLite's clock is the process's own: nothing to measure")

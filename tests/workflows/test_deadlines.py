@@ -7,9 +7,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from workflows import deadlines, engine
+from workflows import engine
 from workflows.models import Checkpoint, Step
 from workflows.specs.storage import store_spec
+from workflows.timing import deadlines
 
 from .helpers import status
 

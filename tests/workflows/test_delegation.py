@@ -11,11 +11,13 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from workflows import engine, permissions, selectors
+from workflows import engine
 from workflows.delivery.notifications import messages_for
 from workflows.delivery.outbox import notification_events
 from workflows.engine import Announcement
 from workflows.models import ApiToken, Approval, Checkpoint, Preference
+from workflows.people import permissions
+from workflows.reads import selectors
 from workflows.specs.storage import store_spec
 
 from ..conftest import make_user
@@ -274,8 +276,9 @@ def test_the_inbox_says_who_stands_in_before_anyone_decides(release_spec, people
 
     from django.test import Client
 
-    from workflows import clock, engine
+    from workflows import engine
     from workflows.models import Preference
+    from workflows.timing import clock
 
     until = clock.now() + timedelta(days=3)
     Preference.objects.create(user=people["carol"], away_from=clock.now() - timedelta(hours=1),

@@ -11,7 +11,7 @@ from goals.models import Goal
 from workflows import engine
 from workflows.engine import rows as engine_rows
 from workflows.models import Approval, Checkpoint, Step
-from workflows.selectors import resume_state
+from workflows.reads.selectors import resume_state
 
 from .helpers import kinds, seqs, status
 

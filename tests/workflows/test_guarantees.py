@@ -16,7 +16,8 @@ from django.db.models import ProtectedError
 from django.test import Client
 from django.utils import timezone
 
-from workflows import engine, processes
+from workflows import engine
+from workflows.engine import processes
 from workflows.models import ApiToken, Checkpoint, Run, Step
 from workflows.recovery import sweeper
 from workflows.specs.storage import store_spec

@@ -6,8 +6,10 @@ import itertools
 
 import pytest
 
-from workflows import engine, permissions, selectors
+from workflows import engine
 from workflows.models import Step
+from workflows.people import permissions
+from workflows.reads import selectors
 from workflows.specs.storage import store_spec
 
 from ..conftest import make_user

@@ -10,11 +10,12 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
-from workflows import clock, deadlines, engine
+from workflows import engine
 from workflows.delivery import outbox
 from workflows.models import Checkpoint, Step
 from workflows.specs.storage import store_spec
 from workflows.specs.validation import SpecError, validate_spec
+from workflows.timing import clock, deadlines
 
 pytestmark = pytest.mark.django_db
 

@@ -9,9 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.core.management import call_command
 
-from workflows import engine, schedules
+from workflows import engine
 from workflows.models import ApiToken, Run, Schedule
 from workflows.specs.storage import store_spec
+from workflows.timing import schedules
 
 from .test_children import CHILD, parent_spec, work_all
 

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from workflows import schedules
 from workflows.models import Run, Schedule, ScheduleFire
+from workflows.timing import schedules
 
 from .test_concurrency import race
 

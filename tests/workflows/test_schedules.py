@@ -7,8 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.core.exceptions import ValidationError
 
-from workflows import engine, schedules
+from workflows import engine
 from workflows.models import Run, Schedule, ScheduleFire
+from workflows.timing import schedules
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from goals.models import Priority
 from tollgate.exports import csv_download
 from tollgate.query import MAX_ID
 from tollgate.schemas import DAY, Day, Error, Id, Input, WholeId
-from workflows import engine, selectors
+from workflows import engine
 from workflows.api.schemas import (
     CheckpointOut,
     RunOut,
@@ -26,9 +26,10 @@ from workflows.api.schemas import (
     get_run,
     run_out,
 )
-from workflows.permissions import readable_runs
+from workflows.people.permissions import readable_runs
+from workflows.reads import selectors
+from workflows.reads.selectors import resume_state
 from workflows.recovery.recover import recover_run
-from workflows.selectors import resume_state
 from workflows.specs.storage import store_one_off
 from workflows.specs.validation import SpecError
 

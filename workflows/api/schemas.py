@@ -10,7 +10,7 @@ from django.http import Http404
 from ninja import Field, Schema
 
 from workflows.models import Checkpoint, Run, RunStatus, SpecStatus, StepStatus
-from workflows.permissions import readable_runs
+from workflows.people.permissions import readable_runs
 
 RunStatusName = Literal[tuple(RunStatus.values)]
 

@@ -11,10 +11,10 @@ from ninja import Body, Path, Query, Router, Schema, Status
 from ninja.errors import HttpError
 
 from tollgate.schemas import Error, Input, WholeId
-from workflows import selectors
 from workflows.api.schemas import SpecOut, SpecStatusName
 from workflows.models import SpecStatus
-from workflows.permissions import can_change_specs
+from workflows.people.permissions import can_change_specs
+from workflows.reads import selectors
 from workflows.specs.storage import set_spec_status, store_spec
 from workflows.specs.validation import SpecError
 

@@ -21,9 +21,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, OuterRef, Q, Subquery
 
-from .. import clock
-from ..models import OPEN_RUN_STATUSES, AuditSeal, Run
-from . import chain
+from workflows.audit import chain
+from workflows.models import OPEN_RUN_STATUSES, AuditSeal, Run
+from workflows.timing import clock
 
 # A run that finished this long before the last seal is still looked at: a transaction
 # that wrote it may have committed after that seal read the runs.

@@ -8,9 +8,9 @@ from datetime import timedelta
 
 from django.conf import settings
 
-from .. import clock
-from ..models import Approval, AuditSeal, AuditTimestamp, Checkpoint, CheckpointKind, Run
-from . import chain, seals, timestamps
+from workflows.audit import chain, seals, timestamps
+from workflows.models import Approval, AuditSeal, AuditTimestamp, Checkpoint, CheckpointKind, Run
+from workflows.timing import clock
 
 CHUNK = 5000
 

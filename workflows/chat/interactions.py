@@ -15,7 +15,7 @@ from datetime import timedelta
 
 from django.db import IntegrityError, transaction
 
-from workflows import clock, engine, permissions
+from workflows import engine
 from workflows.errors import InvalidInput, WorkflowError
 from workflows.models import (
     Channel,
@@ -26,6 +26,8 @@ from workflows.models import (
     StepKind,
     StepStatus,
 )
+from workflows.people import permissions
+from workflows.timing import clock
 
 from . import identities, messages, providers
 from .base import Press, Refused, Viewer

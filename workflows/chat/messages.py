@@ -12,7 +12,6 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from workflows import briefs, clock, permissions
 from workflows.models import (
     ChatIdentity,
     ChatMessage,
@@ -21,6 +20,9 @@ from workflows.models import (
     StepKind,
     StepStatus,
 )
+from workflows.people import permissions
+from workflows.reads import briefs
+from workflows.timing import clock
 
 from .base import AnswerLost, GateMessage
 

@@ -17,10 +17,11 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
-from workflows import briefs, clock
 from workflows.models import Notification, Preference
-from workflows.permissions import decidable_by
-from workflows.timezones import zone_named
+from workflows.people.permissions import decidable_by
+from workflows.reads import briefs
+from workflows.timing import clock
+from workflows.timing.timezones import zone_named
 
 from . import links, notifications
 

@@ -10,8 +10,8 @@ import logging
 
 from django.conf import settings
 
-from workflows import clock
 from workflows.engine import Announcement
+from workflows.timing import clock
 
 log = logging.getLogger(__name__)
 

@@ -15,12 +15,13 @@ from django.db import IntegrityError, transaction
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from workflows import briefs, clock
 from workflows.delivery import links
 from workflows.models import Checkpoint, Notification, StepStatus
-from workflows.permissions import deciders
+from workflows.people.permissions import deciders
+from workflows.reads import briefs
 from workflows.specs.values import readable
-from workflows.timezones import zone_of
+from workflows.timing import clock
+from workflows.timing.timezones import zone_of
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db.models import Q
 
-from workflows import clock, engine
+from workflows import engine
 from workflows.chat import messages as chat_messages
 from workflows.chat import providers as chat_providers
 from workflows.delivery import dispatch, notifications, push, webhooks
@@ -30,6 +30,7 @@ from workflows.models import (
     StepKind,
     StepStatus,
 )
+from workflows.timing import clock
 
 log = logging.getLogger(__name__)
 

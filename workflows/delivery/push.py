@@ -26,10 +26,11 @@ from django.utils import timezone
 from py_vapid import Vapid
 from pywebpush import WebPushException, webpush
 
-from workflows import briefs, clock
 from workflows.models import Checkpoint, PushSubscription
-from workflows.permissions import deciders
-from workflows.timezones import zone_of
+from workflows.people.permissions import deciders
+from workflows.reads import briefs
+from workflows.timing import clock
+from workflows.timing.timezones import zone_of
 
 from . import links
 from .addresses import RefusedAddress, check_url, resolve

@@ -28,7 +28,6 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 
-from workflows import clock
 from workflows.delivery import links
 from workflows.delivery.addresses import RefusedAddress, resolve
 from workflows.models import (
@@ -40,6 +39,7 @@ from workflows.models import (
     Webhook,
     WebhookDelivery,
 )
+from workflows.timing import clock
 
 log = logging.getLogger(__name__)
 

@@ -22,11 +22,13 @@ import re
 
 from django.conf import settings
 
-from workflows.specs.values import PLACEHOLDER, as_is, fill, placeholder_value
-
-from .. import clock
-from ..errors import WorkflowError
-from ..models import (
+from workflows.engine.commit import commit
+from workflows.engine.moves import clear_lease
+from workflows.engine.rows import locked
+from workflows.engine.runs import cancel_run, open_run
+from workflows.engine.steps import _fail, _reported_step
+from workflows.errors import WorkflowError
+from workflows.models import (
     OPEN_RUN_STATUSES,
     Checkpoint,
     CheckpointKind,
@@ -36,11 +38,8 @@ from ..models import (
     StepStatus,
     WorkflowSpec,
 )
-from .commit import commit
-from .moves import clear_lease
-from .rows import locked
-from .runs import cancel_run, open_run
-from .steps import _fail, _reported_step
+from workflows.specs.values import PLACEHOLDER, as_is, fill, placeholder_value
+from workflows.timing import clock
 
 WHOLE_PLACEHOLDER = re.compile(r"^\s*" + PLACEHOLDER.pattern + r"\s*$")
 

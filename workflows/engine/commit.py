@@ -13,8 +13,25 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from .. import clock
-from ..models import (
+from workflows.engine import policy
+from workflows.engine.moves import (
+    close_gate,
+    decided_keys,
+    evidence_digest,
+    open_gate,
+    start_waiting,
+)
+from workflows.engine.rows import RunState, actor_of
+from workflows.engine.rules import (
+    claimable_at,
+    condition_holds,
+    hard_failure,
+    next_action,
+    run_status,
+    settled,
+)
+from workflows.engine.signals import transition_committed
+from workflows.models import (
     TERMINAL_RUN_STATUSES,
     Approval,
     Checkpoint,
@@ -25,18 +42,7 @@ from ..models import (
     StepKind,
     StepStatus,
 )
-from . import policy
-from .moves import close_gate, decided_keys, evidence_digest, open_gate, start_waiting
-from .rows import RunState, actor_of
-from .rules import (
-    claimable_at,
-    condition_holds,
-    hard_failure,
-    next_action,
-    run_status,
-    settled,
-)
-from .signals import transition_committed
+from workflows.timing import clock
 
 
 @dataclass

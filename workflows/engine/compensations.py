@@ -12,8 +12,10 @@ from datetime import timedelta
 
 from django.db import transaction
 
-from .. import clock
-from ..models import (
+from workflows.engine.commit import commit
+from workflows.engine.moves import set_holder
+from workflows.engine.rows import locked
+from workflows.models import (
     Checkpoint,
     CheckpointKind,
     Compensation,
@@ -21,9 +23,7 @@ from ..models import (
     Run,
     StepStatus,
 )
-from .commit import commit
-from .moves import set_holder
-from .rows import locked
+from workflows.timing import clock
 
 OPEN = (CompensationStatus.PENDING, CompensationStatus.RUNNING)
 

@@ -1,5 +1,5 @@
 """Approval gates: decided only by their approvers, under their quorum and self-approval
-rules (see `workflows.permissions`), or by their deadline."""
+rules (see `workflows.people.permissions`), or by their deadline."""
 
 from __future__ import annotations
 
@@ -7,26 +7,10 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from workflows.specs.params import FieldErrors, coerce
-from workflows.specs.values import duration
-
-from .. import clock, permissions
-from ..audit import chain
-from ..errors import IllegalTransition, InvalidInput, NotPermitted, WorkflowError
-from ..models import (
-    Approval,
-    Channel,
-    Checkpoint,
-    CheckpointKind,
-    Decision,
-    Preference,
-    Step,
-    StepKind,
-    StepStatus,
-)
-from . import policy, sql
-from .commit import commit
-from .moves import (
+from workflows.audit import chain
+from workflows.engine import policy, sql
+from workflows.engine.commit import commit
+from workflows.engine.moves import (
     COMMENT_LIMIT,
     REASON_LIMIT,
     check_text,
@@ -40,7 +24,23 @@ from .moves import (
     require_operator,
     reserve_key,
 )
-from .rows import RunState, locked
+from workflows.engine.rows import RunState, locked
+from workflows.errors import IllegalTransition, InvalidInput, NotPermitted, WorkflowError
+from workflows.models import (
+    Approval,
+    Channel,
+    Checkpoint,
+    CheckpointKind,
+    Decision,
+    Preference,
+    Step,
+    StepKind,
+    StepStatus,
+)
+from workflows.people import permissions
+from workflows.specs.params import FieldErrors, coerce
+from workflows.specs.values import duration
+from workflows.timing import clock
 
 APPROVAL = sql.Table(Approval)
 # A decision row: what its checkpoint's digest covers, and how long the gate had waited.

@@ -7,15 +7,14 @@ from datetime import timedelta
 
 from django.conf import settings
 
+from workflows.audit import chain
+from workflows.engine import policy
+from workflows.engine.rows import actor_of
+from workflows.engine.rules import MAX_DELAY_SECONDS
+from workflows.errors import IllegalTransition, InvalidInput, NotPermitted
+from workflows.models import Run, Step, StepStatus
+from workflows.people import permissions
 from workflows.specs.values import BadValue, check_json
-
-from .. import permissions
-from ..audit import chain
-from ..errors import IllegalTransition, InvalidInput, NotPermitted
-from ..models import Run, Step, StepStatus
-from . import policy
-from .rows import actor_of
-from .rules import MAX_DELAY_SECONDS
 
 
 def require_operator(actor, action: str) -> None:

@@ -16,10 +16,12 @@ from datetime import UTC
 from django.db import connection, transaction
 from django.db.models import Max
 
-from .. import clock
-from ..audit import chain
-from ..errors import NotFound
-from ..models import (
+from workflows.audit import chain
+from workflows.engine import sql
+from workflows.engine.rules import PENDING_READY, in_frontier, is_ready, settled
+from workflows.engine.signals import transition_recording
+from workflows.errors import NotFound
+from workflows.models import (
     DONE_STEP_STATUSES,
     STEP_FRONTIER,
     Checkpoint,
@@ -32,9 +34,7 @@ from ..models import (
     StepKind,
     StepStatus,
 )
-from . import sql
-from .rules import PENDING_READY, in_frontier, is_ready, settled
-from .signals import transition_recording
+from workflows.timing import clock
 
 # Evidence (a command's output) is written by transitions, never read by them.
 STEP = sql.Table(Step, skip=("last_evidence",))

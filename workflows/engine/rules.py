@@ -10,8 +10,8 @@ import random
 
 from django.db.models import Exists, OuterRef, Q
 
-from .. import clock
-from ..models import UNDER_WAY_STEP_STATUSES, Run, RunStatus, Step, StepKind, StepStatus
+from workflows.models import UNDER_WAY_STEP_STATUSES, Run, RunStatus, Step, StepKind, StepStatus
+from workflows.timing import clock
 
 SETTLED_STATUSES = (StepStatus.COMPLETED, StepStatus.SKIPPED)
 UNDER_WAY = frozenset(UNDER_WAY_STEP_STATUSES)

@@ -10,14 +10,21 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from goals.models import Goal, Priority
-from workflows.specs import grants
-from workflows.specs.params import FieldErrors, coerce
-from workflows.specs.storage import require_owner, require_program_author
-from workflows.specs.validation import SpecError, check_grants, masked, validate_step
-
-from .. import clock, permissions
-from ..errors import IllegalTransition, InvalidInput, NotFound, NotPermitted
-from ..models import (
+from workflows.engine import policy
+from workflows.engine.commit import commit
+from workflows.engine.moves import (
+    REASON_LIMIT,
+    check_text,
+    check_value,
+    require_open,
+    require_operator,
+    require_requester_or_operator,
+)
+from workflows.engine.rows import actor_of, insert_steps, load, locked
+from workflows.engine.rules import SETTLED_STATUSES
+from workflows.engine.steps import AGENT_STATUSES, record_transition
+from workflows.errors import IllegalTransition, InvalidInput, NotFound, NotPermitted
+from workflows.models import (
     OPEN_RUN_STATUSES,
     OPEN_STEP_STATUSES,
     Checkpoint,
@@ -29,19 +36,12 @@ from ..models import (
     StepStatus,
     WorkflowSpec,
 )
-from . import policy
-from .commit import commit
-from .moves import (
-    REASON_LIMIT,
-    check_text,
-    check_value,
-    require_open,
-    require_operator,
-    require_requester_or_operator,
-)
-from .rows import actor_of, insert_steps, load, locked
-from .rules import SETTLED_STATUSES
-from .steps import AGENT_STATUSES, record_transition
+from workflows.people import permissions
+from workflows.specs import grants
+from workflows.specs.params import FieldErrors, coerce
+from workflows.specs.storage import require_owner, require_program_author
+from workflows.specs.validation import SpecError, check_grants, masked, validate_step
+from workflows.timing import clock
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ from datetime import timedelta
 from django.db import transaction
 from django.db.models import Q
 
-from workflows import clock, processes
+from workflows.engine import processes
 from workflows.specs.values import duration
+from workflows.timing import clock
 
 from ..errors import IllegalTransition, InvalidInput, NotFound
 from ..models import Checkpoint, CheckpointKind, RunStatus, Step, StepKind, StepStatus

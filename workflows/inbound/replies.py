@@ -22,11 +22,14 @@ from django.db import IntegrityError, transaction
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from workflows import briefs, clock, engine, permissions
+from workflows import engine
 from workflows.delivery import links, notifications
 from workflows.errors import WorkflowError
 from workflows.models import Channel, MailReply, Notification, Step, StepKind, StepStatus
-from workflows.timezones import zone_of
+from workflows.people import permissions
+from workflows.reads import briefs
+from workflows.timing import clock
+from workflows.timing.timezones import zone_of
 
 from . import authenticity, reading
 

@@ -1,7 +1,7 @@
 """The workflows models, by aggregate: specs, runs (steps, approvals, checkpoints), gate
 rules, accounts, schedules, delivery and operations. Import them from here."""
 
-from .accounts import (  # noqa: F401
+from workflows.models.accounts import (  # noqa: F401
     ApiToken,
     ApiTokenManager,
     ChatIdentity,
@@ -9,7 +9,7 @@ from .accounts import (  # noqa: F401
     Preference,
     SsoIdentity,
 )
-from .delivery import (  # noqa: F401
+from workflows.models.delivery import (  # noqa: F401
     ChatInteraction,
     ChatMessage,
     DeliveryStatus,
@@ -21,14 +21,14 @@ from .delivery import (  # noqa: F401
     Webhook,
     WebhookDelivery,
 )
-from .gates import GateRule  # noqa: F401
-from .operations import (  # noqa: F401
+from workflows.models.gates import GateRule  # noqa: F401
+from workflows.models.operations import (  # noqa: F401
     AuditSeal,
     AuditTimestamp,
     PeriodicRun,
     Worker,
 )
-from .runs import (  # noqa: F401
+from workflows.models.runs import (  # noqa: F401
     DONE_STEP_STATUSES,
     OPEN_RUN_STATUSES,
     OPEN_STEP_STATUSES,
@@ -53,14 +53,14 @@ from .runs import (  # noqa: F401
     StepKind,
     StepStatus,
 )
-from .schedules import (  # noqa: F401
+from workflows.models.schedules import (  # noqa: F401
     FireOutcome,
     MissedPolicy,
     OverlapPolicy,
     Schedule,
     ScheduleFire,
 )
-from .specs import (  # noqa: F401
+from workflows.models.specs import (  # noqa: F401
     SpecOwner,
     SpecStatus,
     WorkflowSpec,

@@ -9,8 +9,8 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.timezone import now
 
-from workflows import clock
 from workflows.delivery.addresses import RefusedAddress, resolve
+from workflows.timing import clock
 
 from .runs import Run, Step
 

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from workflows import clock, processes
+from workflows.engine import processes
 from workflows.models import (
     OPEN_RUN_STATUSES,
     CheckpointKind,
@@ -35,6 +35,7 @@ from workflows.models import (
     Worker,
 )
 from workflows.recovery.presence import sweeper_late
+from workflows.timing import clock
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 
-from workflows import clock, live
 from workflows.audit import seals
 from workflows.models import (
     TERMINAL_RUN_STATUSES,
@@ -38,7 +37,9 @@ from workflows.models import (
     WebhookDelivery,
     Worker,
 )
-from workflows.selectors import run_audit
+from workflows.reads import live
+from workflows.reads.selectors import run_audit
+from workflows.timing import clock
 
 BATCH = 1000
 

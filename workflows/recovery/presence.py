@@ -14,8 +14,9 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.db.models import F
 
-from workflows import clock, processes
+from workflows.engine import processes
 from workflows.models import PeriodicRun, Worker
+from workflows.timing import clock
 from workflows.workers.worker import KEEPER
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,10 @@ import os
 import signal
 from dataclasses import dataclass
 
-from workflows import clock, engine, processes
+from workflows import engine
+from workflows.engine import processes
 from workflows.models import Run, Step, StepStatus
+from workflows.timing import clock
 from workflows.workers import worker
 
 

@@ -16,8 +16,9 @@ from datetime import timedelta
 from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 
-from workflows import clock, engine, processes
+from workflows import engine
 from workflows.delivery import dispatch
+from workflows.engine import processes
 from workflows.models import (
     Checkpoint,
     CheckpointKind,
@@ -29,6 +30,7 @@ from workflows.models import (
     StepStatus,
     Worker,
 )
+from workflows.timing import clock
 from workflows.workers import worker
 
 log = logging.getLogger(__name__)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 
-from workflows import permissions
 from workflows.errors import NotFound, NotPermitted
 from workflows.models import SpecOwner, SpecStatus, WorkflowSpec
+from workflows.people import permissions
 
 from . import grants
 from .validation import SpecError, digest, validate_spec

@@ -11,7 +11,7 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from workflows.sessions import SIGNED_IN_AT
+from workflows.people.sessions import SIGNED_IN_AT
 
 
 def note_sign_in(sender, request, user, **kwargs):

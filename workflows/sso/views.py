@@ -24,7 +24,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from joserfc.errors import JoseError
 
-from workflows.sessions import FRESH_SIGN_IN
+from workflows.people.sessions import FRESH_SIGN_IN
 
 from . import provider
 from .accounts import SignInRefused, password_allowed, sign_in_user

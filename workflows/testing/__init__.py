@@ -20,9 +20,9 @@ your test database):
             testing.run_due()  # the deadline passed: the gate rejected itself
 """
 
-from .clock import MovedClock, moved_clock, run_due
-from .runs import run_to_next_gate
-from .sends import RecordingChat, Sends, deliver_outbox, recorded_sends
+from workflows.testing.clock import MovedClock, moved_clock, run_due
+from workflows.testing.runs import run_to_next_gate
+from workflows.testing.sends import RecordingChat, Sends, deliver_outbox, recorded_sends
 
 __all__ = ["MovedClock", "RecordingChat", "Sends", "deliver_outbox", "moved_clock",
            "recorded_sends", "run_due", "run_to_next_gate"]

@@ -1,4 +1,4 @@
-"""A clock tests move: the one Tollgate reads for every due time (`workflows.clock`: leases,
+"""A clock tests move: the one Tollgate reads for every due time (`workflows.timing.clock`: leases,
 deadlines, reminders, escalations, retries, schedules, digests), held still and moved by
 hand. Move it forward: what the database stamps by itself (the outbox's due times) keeps
 the machine's time."""
@@ -28,7 +28,7 @@ class MovedClock:
 @contextmanager
 def moved_clock(start: datetime | None = None) -> Iterator[MovedClock]:
     """Tollgate's clock, still at `start` (now, by default) until moved, within the block."""
-    from workflows import clock
+    from workflows.timing import clock
 
     moved = MovedClock(start or clock.now())
     saved = clock.now, clock.database_now
@@ -42,8 +42,8 @@ def moved_clock(start: datetime | None = None) -> Iterator[MovedClock]:
 def run_due() -> dict[str, int]:
     """What the periodic tasks would do now: deadlines applied, reminders sent, schedules'
     runs started and digests mailed; how many of each."""
-    from workflows import clock, deadlines, schedules
     from workflows.delivery import digests
+    from workflows.timing import clock, deadlines, schedules
 
     now = clock.now()
     return {"deadlines": deadlines.apply(now), "reminders": deadlines.remind(now),

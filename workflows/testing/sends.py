@@ -102,9 +102,9 @@ def deliver_outbox() -> int:
     child runs), as the consumers would; how many messages were delivered."""
     from django.utils import timezone
 
-    from workflows import clock
     from workflows.delivery import outbox
     from workflows.models import OutboxMessage
+    from workflows.timing import clock
 
     # An outbox row is stamped due by the machine's clock, which a clock held still at the
     # block's start falls behind.

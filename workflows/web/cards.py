@@ -1,4 +1,4 @@
-"""The card: what an approver reads on a gate's card (the brief of `workflows.briefs`, with
+"""The card: what an approver reads on a gate's card (the brief of `workflows.reads.briefs`, with
 the gate's form), and the inbox's gates built from it."""
 
 from __future__ import annotations
@@ -9,8 +9,11 @@ from datetime import timedelta
 from django.contrib.auth import get_user_model
 from django.db.models import Count, F, Q
 
-from workflows import briefs, engine
-from workflows.briefs import (  # noqa: F401  (the card's read model, named here too)
+from workflows import engine
+from workflows.models import GateRule, Notification, Step
+from workflows.people.permissions import decidable_by, deciding_as, named_in_rules
+from workflows.reads import briefs
+from workflows.reads.briefs import (  # noqa: F401  (the card's read model, named here too)
     VALUE_CHARS,
     approvals_of_attempt,
     brief,
@@ -26,8 +29,6 @@ from workflows.briefs import (  # noqa: F401  (the card's read model, named here
     short,
     trail_entry,
 )
-from workflows.models import GateRule, Notification, Step
-from workflows.permissions import decidable_by, deciding_as, named_in_rules
 from workflows.web.forms import gate_form
 
 # The inbox shows this many gates, the oldest first: a page that stays quick whatever the

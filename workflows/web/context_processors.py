@@ -1,7 +1,7 @@
 import functools
 
-from workflows.permissions import can_export_audit
-from workflows.selectors import inbox_count
+from workflows.people.permissions import can_export_audit
+from workflows.reads.selectors import inbox_count
 
 
 def inbox(request):

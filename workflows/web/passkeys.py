@@ -32,11 +32,11 @@ from webauthn.helpers.structs import (
     UserVerificationRequirement,
 )
 
-from workflows import clock
 from workflows.audit import chain
 from workflows.errors import InvalidInput, NotFound, NotPermitted
 from workflows.models import Passkey, Step
-from workflows.sessions import SIGNED_IN_AT
+from workflows.people.sessions import SIGNED_IN_AT
+from workflows.timing import clock
 from workflows.web.forms import posted_values
 
 REGISTERING = "tollgate.passkey.registering"

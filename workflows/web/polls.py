@@ -1,11 +1,11 @@
 """What the inbox's and the run page's pollers send and get back besides their rows: the
-page's versions (workflows.live)."""
+page's versions (workflows.reads.live)."""
 
 from __future__ import annotations
 
 from django.urls import reverse
 
-from workflows import live
+from workflows.reads import live
 
 
 def inbox_versions(request) -> dict:

@@ -14,7 +14,7 @@ from django.contrib.auth import authenticate
 from django.urls import reverse
 
 from workflows import engine
-from workflows.sessions import FRESH_SIGN_IN
+from workflows.people.sessions import FRESH_SIGN_IN
 from workflows.web import passkeys
 
 PENDING = "tollgate.signing.pending"  # {binding: a decision waiting for the provider's sign-in}

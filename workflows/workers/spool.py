@@ -32,7 +32,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
-from workflows import processes
+from workflows.engine import processes
 
 log = logging.getLogger(__name__)
 

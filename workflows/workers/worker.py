@@ -23,10 +23,11 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 
 from tollgate import dbfaults, logs, tracing
-from workflows import engine, processes, schedules
+from workflows import engine
 from workflows.delivery import dispatch
-from workflows.engine import compensations
+from workflows.engine import compensations, processes
 from workflows.models import Compensation, Schedule, Step
+from workflows.timing import schedules
 from workflows.workers import groups, spool
 from workflows.workers.executors import (
     MissingSecret,

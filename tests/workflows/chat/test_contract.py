@@ -14,7 +14,7 @@ from django.test import Client
 
 from tests.conftest import make_user
 from tests.workflows.helpers import work
-from workflows import clock, engine
+from workflows import engine
 from workflows.delivery import outbox
 from workflows.models import (
     Approval,
@@ -25,6 +25,7 @@ from workflows.models import (
     Preference,
 )
 from workflows.specs.storage import store_spec
+from workflows.timing import clock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

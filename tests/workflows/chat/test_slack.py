@@ -14,7 +14,7 @@ import pytest
 from django.test import Client
 
 from tests.workflows.helpers import work
-from workflows import clock, engine
+from workflows import engine
 from workflows.chat import interactions
 from workflows.chat import slack as slack_chat
 from workflows.delivery import outbox
@@ -29,6 +29,7 @@ from workflows.models import (
     Step,
 )
 from workflows.specs.storage import store_spec
+from workflows.timing import clock
 
 from .fake_slack import button, submission
 
@@ -376,7 +377,7 @@ def test_a_later_stage_and_a_reassigned_gate_are_posted_to_their_groups_channels
 
 
 def test_a_reminder_is_said_in_the_gates_thread_while_it_waits(slack, people):
-    from workflows import deadlines
+    from workflows.timing import deadlines
 
     run, gate = gate_waiting(people, month="November")
     [post] = slack.calls_of("chat.postMessage")

@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 
 from tests.workflows.helpers import work
-from workflows import clock, deadlines, engine
+from workflows import engine
 from workflows.chat import messages
 from workflows.chat import teams as teams_chat
 from workflows.models import (
@@ -25,6 +25,7 @@ from workflows.models import (
 )
 from workflows.specs.storage import store_spec
 from workflows.sso.accounts import sign_in_user
+from workflows.timing import clock, deadlines
 
 from . import fake_teams
 from .fake_teams import TENANT, object_id

@@ -71,9 +71,9 @@ def test_escalation_tells_the_new_group_and_the_requester(db, people, sent,
 
     from django.utils import timezone
 
-    from workflows import deadlines
     from workflows.models import Step
     from workflows.specs.storage import store_spec
+    from workflows.timing import deadlines
 
     people["erin"].groups.add(people["dave"].groups.get())
     spec = store_spec({"name": "esc", "steps": [{"key": "ok", "approval": {
@@ -149,7 +149,7 @@ def test_mail_sent_while_the_smtp_server_is_down_goes_when_it_is_back(release_sp
     from aiosmtpd.handlers import Sink
 
     from tests.support.processes import free_port
-    from workflows import clock
+    from workflows.timing import clock
 
     port = free_port()
     settings.MAILERS = {"default": {
@@ -189,7 +189,7 @@ def test_a_mail_the_server_keeps_refusing_is_given_up_after_its_retries(release_
                                                                        monkeypatch):
     from datetime import timedelta
 
-    from workflows import clock
+    from workflows.timing import clock
 
     monkeypatch.setattr(notifications.EmailMultiAlternatives, "send",
                         lambda *a, **k: (_ for _ in ()).throw(OSError("refused")))
@@ -217,7 +217,7 @@ def test_a_duty_is_due_at_once_whatever_the_database_clock_says(
 
     from django.utils import timezone
 
-    from workflows import clock
+    from workflows.timing import clock
 
     wall, mono = timezone.now(), time.monotonic()
     monkeypatch.setattr(clock, "_base", (wall - timedelta(seconds=behind), wall, mono))

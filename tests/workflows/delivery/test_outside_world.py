@@ -9,11 +9,12 @@ from django.test import Client
 from django.utils import timezone
 
 from tests.workflows.helpers import status
-from workflows import deadlines, engine
+from workflows import engine
 from workflows.models import ApiToken, Checkpoint, Step
+from workflows.reads.selectors import resume_state
 from workflows.recovery import sweeper
-from workflows.selectors import resume_state
 from workflows.specs.storage import store_spec
+from workflows.timing import deadlines
 
 pytestmark = pytest.mark.django_db
 

@@ -185,9 +185,10 @@ def test_a_command_knows_its_spec_schedule_slot_and_parent_run(release_spec, peo
     from datetime import UTC, datetime
 
     from tests.workflows.test_children import CHILD, parent_spec, work_all
-    from workflows import engine, schedules
+    from workflows import engine
     from workflows.models import Run, Schedule
     from workflows.specs.storage import store_spec
+    from workflows.timing import schedules
     from workflows.workers.worker import origin
 
     slot = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

@@ -18,11 +18,13 @@ from tests.conftest import make_user
 from tests.support.attempts import logged_shell, overlaps, ran_to_the_end, read
 from tests.support.processes import libfaketime
 from tests.workflows.consumers import freeze, freeze_cgroup, wait_for, wait_stopped
-from workflows import clock, engine, processes
+from workflows import engine
+from workflows.engine import processes
 from workflows.models import Checkpoint, Compensation, Run, Step
 from workflows.recovery import sweeper
 from workflows.recovery.recover import recover_run
 from workflows.specs.storage import store_spec
+from workflows.timing import clock
 from workflows.workers import spool
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.consumer]

@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from workflows import engine, processes
+from workflows import engine
+from workflows.engine import processes
 from workflows.models import Step
 from workflows.specs.storage import store_spec
 from workflows.workers import spool, worker

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from workflows import engine, processes
+from workflows import engine
+from workflows.engine import processes
 from workflows.models import Step
 from workflows.specs.storage import store_spec
 from workflows.workers import spool, worker

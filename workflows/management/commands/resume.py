@@ -2,9 +2,10 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows import engine, selectors
+from workflows import engine
 from workflows.models import Run
-from workflows.selectors import resume_state
+from workflows.reads import selectors
+from workflows.reads.selectors import resume_state
 
 
 class Command(BaseCommand):

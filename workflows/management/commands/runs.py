@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from goals.models import Goal
-from workflows import selectors
 from workflows.models import RunStatus, WorkflowSpec
+from workflows.reads import selectors
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from workflows import selectors
+from workflows.reads import selectors
 
 
 class Command(BaseCommand):

@@ -12,10 +12,11 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from workflows import clock, engine, timezones
+from workflows import engine
 from workflows.delivery import push
 from workflows.models import ApiToken, Preference
-from workflows.permissions import acting_for
+from workflows.people.permissions import acting_for
+from workflows.timing import clock, timezones
 from workflows.web import passkeys
 from workflows.web.forms import AwayForm
 

@@ -12,7 +12,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 
 from tollgate.query import whole_number
-from workflows import briefs, clock, engine
+from workflows import engine
 from workflows.delivery import links
 from workflows.models import (
     Approval,
@@ -20,9 +20,11 @@ from workflows.models import (
     Step,
     StepStatus,
 )
-from workflows.permissions import (
+from workflows.people.permissions import (
     decide_refusal,
 )
+from workflows.reads import briefs
+from workflows.timing import clock
 from workflows.web import cards, polls
 from workflows.web.forms import InboxView
 
@@ -93,7 +95,7 @@ def _inbox_update(request):
     it has (each sends "id:version"): new gates are added, changed quorum lines replaced,
     gates that no longer wait on this user turn into their decided state. A card a person
     is typing in is never replaced while it waits. Nothing changed is a 204: found from the
-    page's versions (workflows.live) when nothing it watches has rung, else from the gates'
+    page's versions (workflows.reads.live) when nothing it watches has rung, else from the gates'
     versions alone (no card is built for it)."""
     if polls.unchanged(request):
         return HttpResponse(status=204)

@@ -12,14 +12,14 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from tollgate.exports import csv_download
-from workflows import briefs, selectors
 from workflows.audit import seals
 from workflows.models import Notification
 from workflows.ops import operations
-from workflows.permissions import (
+from workflows.people.permissions import (
     can_export_audit,
     can_operate,
 )
+from workflows.reads import briefs, selectors
 from workflows.recovery import presence
 from workflows.web import cards
 

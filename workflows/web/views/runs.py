@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from tollgate.exports import csv_download
 from tollgate.paging import page_of
 from tollgate.query import int_param
-from workflows import briefs, engine, permissions, selectors
+from workflows import engine
 from workflows.engine import policy
 from workflows.models import (
     OPEN_RUN_STATUSES,
@@ -27,7 +27,8 @@ from workflows.models import (
     StepStatus,
     WorkflowSpec,
 )
-from workflows.permissions import (
+from workflows.people import permissions
+from workflows.people.permissions import (
     can_cancel,
     can_operate,
     can_reassign,
@@ -38,6 +39,7 @@ from workflows.permissions import (
     deciding_rule,
     readable_runs,
 )
+from workflows.reads import briefs, selectors
 from workflows.recovery.recover import recover_run
 from workflows.web import cards, passkeys, polls, signing
 from workflows.web.forms import gate_form, posted_values

@@ -7,10 +7,12 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
-from workflows import engine, permissions, selectors
+from workflows import engine
 from workflows.models import (
     WorkflowSpec,
 )
+from workflows.people import permissions
+from workflows.reads import selectors
 from workflows.web.forms import StartRunForm
 
 

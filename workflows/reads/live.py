@@ -30,7 +30,7 @@ from django.db import transaction
 from django.utils.crypto import salted_hmac
 
 from workflows.models import CheckpointKind, GateRule, Step
-from workflows.permissions import principals
+from workflows.people.permissions import principals
 
 log = logging.getLogger(__name__)
 

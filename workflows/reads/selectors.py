@@ -8,11 +8,11 @@ from django.db import connection
 from django.db.models import Count, F, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
-from .audit import chain, seals
-from .engine import InvalidInput, NotFound
-from .engine.rules import next_move, ready_steps
-from .engine.sql import CompiledQuery
-from .models import (
+from workflows.audit import chain, seals
+from workflows.engine import InvalidInput, NotFound
+from workflows.engine.rules import next_move, ready_steps
+from workflows.engine.sql import CompiledQuery
+from workflows.models import (
     OPEN_RUN_STATUSES,
     Approval,
     AuditSeal,
@@ -23,10 +23,10 @@ from .models import (
     SpecStatus,
     WorkflowSpec,
 )
-from .permissions import acting_for, decidable_by
-from .specs.validation import masked
-from .templatetags.tollgate import label, pretty_json
-from .timezones import day_starts
+from workflows.people.permissions import acting_for, decidable_by
+from workflows.specs.validation import masked
+from workflows.templatetags.tollgate import label, pretty_json
+from workflows.timing.timezones import day_starts
 
 
 def _decidable_by_user_id(user):

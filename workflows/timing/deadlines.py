@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import logging
 
-from . import clock, engine
-from .models import Step, StepKind, StepStatus
+from workflows import engine
+from workflows.models import Step, StepKind, StepStatus
+from workflows.timing import clock
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from workflows.models import (
     Step,
     StepStatus,
 )
-from workflows.permissions import who_decided
+from workflows.people.permissions import who_decided
 from workflows.specs.values import fill, readable
 
 VALUE_CHARS = 80  # a value longer than this is shortened on the card, whole on demand

@@ -11,7 +11,7 @@ from django.contrib.auth.signals import user_logged_in
 from django.dispatch import receiver
 from django.utils import timezone
 
-from .models import Preference
+from workflows.models import Preference
 
 SESSION_KEY = "tollgate_tz"
 

@@ -18,10 +18,8 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from workflows.specs.storage import require_program_author
-
-from . import clock, engine, permissions
-from .models import (
+from workflows import engine
+from workflows.models import (
     OPEN_RUN_STATUSES,
     FireOutcome,
     MissedPolicy,
@@ -32,7 +30,10 @@ from .models import (
     SpecStatus,
     WorkflowSpec,
 )
-from .models.schedules import validate_schedule
+from workflows.models.schedules import validate_schedule
+from workflows.people import permissions
+from workflows.specs.storage import require_program_author
+from workflows.timing import clock
 
 MAX_SLOTS = 10_000  # a schedule asleep for years is counted up to here, not forever
 

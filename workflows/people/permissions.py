@@ -19,8 +19,7 @@ from django.contrib.auth.models import Group
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from . import clock
-from .models import (
+from workflows.models import (
     OPEN_RUN_STATUSES,
     Approval,
     GateRule,
@@ -31,6 +30,7 @@ from .models import (
     Step,
     StepStatus,
 )
+from workflows.timing import clock
 
 OPERATE = "workflows.operate_run"
 START = "workflows.add_run"

@@ -8,9 +8,8 @@ from django.dispatch import receiver
 
 from goals.models import Goal
 from goals.services import OpenRuns, goal_closing
-
-from . import engine
-from .models import OPEN_RUN_STATUSES, Run
+from workflows import engine
+from workflows.models import OPEN_RUN_STATUSES, Run
 
 
 @receiver(goal_closing, sender=Goal, dispatch_uid="tollgate-goal-closing")
