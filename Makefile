@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= localhost
 PORT ?= 8000
 
-.PHONY: install run test test-busy test-containers image lint bench clean
+.PHONY: install run test test-busy test-containers image lint bench docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -73,3 +73,7 @@ bench: install
 
 clean:
 	rm -rf var/*.sqlite3* var/screenshots var/bench.json
+
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	@echo "the site is in var/site/ (index.html)"

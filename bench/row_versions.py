@@ -3,7 +3,7 @@ own tables with their indexes: the engine's five (the completed step, the next s
 counters, two checkpoints), three (one step, the run, one checkpoint) and two (one step, one
 checkpoint), beside the floor's pair on a two-column table. Each a transaction of plain
 statements; the backend's CPU from /proc. It bounds how far a step with fewer rows could go
-(README, "The step path's own SQL").
+(docs/benchmarks.md, "The step path's own SQL").
 
 It writes to copies of the three tables (`LIKE ... INCLUDING ALL`: the same columns, indexes
 and defaults) holding a copy of the latest run and its steps, dropped after: the database the

@@ -115,8 +115,8 @@ def main() -> None:
     parser.add_argument("--backend", choices=["sqlite", "postgres"])
     parser.add_argument("--out", type=Path, help="where the figures go (var/bench.json)")
     parser.add_argument("--size", choices=["smoke", "quick", "full"], default="full",
-                        help="full (the README's figures), quick, or smoke (every section at "
-                             "its smallest, as CI runs it)")
+                        help="full (the figures in docs/benchmarks.md), quick, or smoke "
+                             "(every section at its smallest, as CI runs it)")
     parser.add_argument("--quick", action="store_true", help="the same as --size quick")
     parser.add_argument("--only", choices=["sqlite", "postgres"])
     parser.add_argument("--sections", default=",".join(Bench.SECTIONS),

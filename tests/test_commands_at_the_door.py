@@ -1,4 +1,4 @@
-"""Every management command the README names, run as a person runs it: `python manage.py NAME`
+"""Every management command the guides name, run as a person runs it: `python manage.py NAME`
 in a shell, on a database of its own. `call_command` skips what the command line does first
 (the system checks, the argument parser), which is where `verify_audit` once crashed."""
 
@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.core.management import get_commands
 
 from tests.support.processes import ROOT, listener, port_open, stop, wait_for
 
@@ -56,11 +57,15 @@ def waiting_run(shell, spec: str) -> int:
     return int(re.search(rf"^\s*(\d+)\s+waiting_approval\s+{spec} ", out, re.M)[1])
 
 
-def test_the_readme_names_every_command_and_each_is_run_here():
-    readme = (ROOT / "README.md").read_text()
-    named = set(re.findall(r"manage\.py (\w+)", readme))
+def test_the_guides_name_every_command_and_each_command_they_show_is_run_here():
+    guides = "\n".join(path.read_text() for path in [ROOT / "README.md",
+                                                    *sorted((ROOT / "docs").glob("*.md"))])
+    named = set(re.findall(r"manage\.py (\w+)", guides))
     ours = set(COMMANDS) - {"flush"}  # Django's own, guarded: said where it is refused
-    assert ours <= named, f"commands the README does not name: {ours - named}"
+    assert ours <= named, f"commands the guides do not name: {ours - named}"
+    # Each command a guide shows is one of ours (run below) or one of Django's own.
+    django_own = set(get_commands())
+    assert named <= set(COMMANDS) | django_own, named - set(COMMANDS) - django_own
     tested = {name for found in re.findall(r'(?:shell|run)\("(\w+)"|"manage.py", "(\w+)"',
                                            Path(__file__).read_text())
               for name in found if name}

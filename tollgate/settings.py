@@ -1,4 +1,4 @@
-"""Tollgate settings, read from the environment (see README "Configuration")."""
+"""Tollgate settings, read from the environment (see docs/operators.md "Configuration")."""
 
 from __future__ import annotations
 
@@ -152,7 +152,7 @@ TEMPLATES = [
 def parse_database_url(url: str) -> dict:
     """dj-database-url's settings, plus libpq's several hosts for a primary and its standbys:
     postgres://user@db1:5432,db2:5432/tollgate?target_session_attrs=read-write connects to
-    whichever of them is the primary now (the README's failover section)."""
+    whichever of them is the primary now (docs/operators.md, "A database that fails over")."""
     scheme, sep, rest = url.partition("://")
     netloc = rest.split("/", 1)[0].rsplit("@", 1)[-1]
     hosts = netloc.split(",") if sep and "," in netloc else []
@@ -556,7 +556,7 @@ TOLLGATE_SLACK_API_URL = os.environ.get("TOLLGATE_SLACK_API_URL", "https://slack
 TOLLGATE_SLACK_TIMEOUT_SECONDS = float(os.environ.get("TOLLGATE_SLACK_TIMEOUT_SECONDS", "10"))
 
 # Microsoft Teams approvals (workflows/chat/teams.py): on when the app (bot) id, its client
-# secret and the Entra tenant are set (README, "Approvals in Microsoft Teams").
+# secret and the Entra tenant are set (docs/approvers.md, "Approvals in Microsoft Teams").
 TOLLGATE_TEAMS_APP_ID = os.environ.get("TOLLGATE_TEAMS_APP_ID", "")
 TOLLGATE_TEAMS_APP_PASSWORD = os.environ.get("TOLLGATE_TEAMS_APP_PASSWORD", "")
 TOLLGATE_TEAMS_TENANT_ID = os.environ.get("TOLLGATE_TEAMS_TENANT_ID", "")

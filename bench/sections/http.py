@@ -32,7 +32,7 @@ def measure(bench) -> None:
              f"csrftoken={client.cookies['csrftoken'].value}"
     csrf = client.cookies["csrftoken"].value
     port = free_port()
-    # As the README's production command runs it: four sync workers on two cores, so
+    # As the production command of docs/operators.md runs it: four sync workers on two cores, so
     # that one waiting on the database does not leave a core idle.
     # bench.web_settings: Tollgate's pages and `bench/write/`, the least an approve does.
     floor_tables()

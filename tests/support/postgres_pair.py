@@ -118,7 +118,8 @@ class PostgresPair:
         return self.servers[-1]
 
     def url(self, database: str) -> str:
-        """Every server, libpq choosing the one that takes writes (the README's failover)."""
+        """Every server, libpq choosing the one that takes writes (docs/operators.md, "A
+        database that fails over")."""
         hosts = ",".join(f"127.0.0.1:{port}" for port in self.ports)
         return (f"postgres://postgres@{hosts}/{database}"
                 "?target_session_attrs=read-write&connect_timeout=3")

@@ -70,7 +70,7 @@ class ResumeOut(Schema):
 
 
 # Fields other runtimes take on a transition, each refused with Tollgate's way to do it
-# (the README's table of the two runtimes lists them): a report never sets what the engine
+# (docs/benchmarks.md, "The runtimes we follow", lists them): a report never sets what the engine
 # derives, nor skips a gate or marks a worker's step done.
 FOREIGN_TRANSITION_FIELDS = {
     "run_status": "a run's status follows from its steps: report the step's step_status; "

@@ -5,7 +5,7 @@ decided.
 
 - `base`: the small interface a chat platform implements (`ChatProvider`), and the neutral
   gate message, press and person's view every platform shares.
-- `slack`, `teams`: one module per platform (README, "Approvals in chat"); `providers`
+- `slack`, `teams`: one module per platform (docs/approvers.md, "Approvals in chat"); `providers`
   names the ones set up.
 - `messages`: post and update a gate's messages (the outbox's "chat" job).
 - `interactions`: a press received (verified, recorded, acknowledged) and handled after.

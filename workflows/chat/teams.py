@@ -6,7 +6,8 @@ and the form's fields; every request checked against the Bot Framework's OpenID 
 
 Activities are the Microsoft 365 Agents SDK's schema (`microsoft-agents-activity`); the REST
 calls and the token check are written here, small and synchronous, because the SDK's hosting
-is asynchronous and fetches its keys from fixed hosts (README, "Approvals in Microsoft Teams").
+is asynchronous and fetches its keys from fixed hosts (docs/approvers.md, "Approvals in
+Microsoft Teams").
 """
 
 from __future__ import annotations

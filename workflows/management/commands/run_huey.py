@@ -1,5 +1,5 @@
 """Huey's `run_huey`, refusing to start a consumer whose command steps could read the audit's
-signing key (README, "Decisions as evidence")."""
+signing key (docs/evidence.md, "Decisions as evidence")."""
 
 from django.core.management import CommandError
 from huey.contrib.djhuey.management.commands import run_huey
