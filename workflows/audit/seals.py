@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, OuterRef, Q, Subquery
 
+from tollgate.secret_files import made_once
 from workflows.audit import chain
 from workflows.models import OPEN_RUN_STATUSES, AuditSeal, Run
 from workflows.timing import clock
@@ -41,19 +42,10 @@ def private_key() -> Ed25519PrivateKey:
 @cache
 def _private_key(where: str) -> Ed25519PrivateKey:
     path = Path(where)
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pem = Ed25519PrivateKey.generate().private_bytes(
+    key = serialization.load_pem_private_key(made_once(path, lambda: (
+        Ed25519PrivateKey.generate().private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption())
-        try:
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass  # another process made it first: use theirs
-        else:
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(pem)
-    key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+            serialization.NoEncryption()))), password=None)
     if not isinstance(key, Ed25519PrivateKey):
         raise ValueError(f"{path} holds no Ed25519 private key")
     _write_public(key.public_key())

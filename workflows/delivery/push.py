@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 from functools import cache
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from django.utils import timezone
 from py_vapid import Vapid
 from pywebpush import WebPushException, webpush
 
+from tollgate.secret_files import made_once
 from workflows.models import Checkpoint, PushSubscription
 from workflows.people.permissions import deciders
 from workflows.reads import briefs
@@ -59,20 +59,10 @@ def _vapid() -> Vapid:
 
 @cache
 def _load(name: str) -> Vapid:
-    path = Path(name)
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pem = ec.generate_private_key(ec.SECP256R1()).private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption())
-        try:
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass
-        else:
-            with os.fdopen(descriptor, "wb") as f:
-                f.write(pem)
-    return Vapid.from_file(str(path))
+    return Vapid.from_pem(made_once(Path(name), lambda: ec.generate_private_key(
+        ec.SECP256R1()).private_bytes(serialization.Encoding.PEM,
+                                      serialization.PrivateFormat.PKCS8,
+                                      serialization.NoEncryption())))
 
 
 def public_key() -> str:

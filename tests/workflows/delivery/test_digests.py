@@ -5,7 +5,6 @@ the plain ones ticked, for one press to approve them all; once a day, whatever t
 from __future__ import annotations
 
 import re
-import threading
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -15,6 +14,7 @@ from django.db import connection
 from django.test import Client
 
 from tests.conftest import make_user
+from tests.workflows.test_concurrency import race
 from workflows import engine
 from workflows.delivery import digests, links
 from workflows.models import Approval, Notification, Preference, StepStatus
@@ -121,20 +121,7 @@ def test_two_consumers_at_once_send_one_digest(gates, people):
     if connection.vendor != "postgresql":
         pytest.skip("two writers at once: PostgreSQL")
     digest_at(people["bob"], 9)
-    counts, barrier = [], threading.Barrier(2)
-
-    def consumer():
-        barrier.wait()
-        try:
-            counts.append(digests.send_digests(now=tokyo(2026, 12, 8, 9, 0)))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=consumer) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    counts = race(2, lambda i: digests.send_digests(now=tokyo(2026, 12, 8, 9, 0)))
     assert sorted(counts) == [0, 1]
     assert Notification.objects.filter(event="digest").count() == 1
 

@@ -240,28 +240,16 @@ def test_replies_off_no_reply_address_and_mail_to_one_is_dropped(gate, people, s
 def test_one_reply_delivered_twice_at_once_decides_once(gate, people):
     """Two mail servers (or a retry racing the first try) hand over the same reply at the
     same moment: one decides, the other finds its Message-ID taken."""
-    import threading
-
     from django.db import connection
+
+    from tests.workflows.test_concurrency import race
 
     if connection.vendor != "postgresql":
         pytest.skip("two writers at once: PostgreSQL")
     to = mailed_reply_to(gate, people["bob"])
     raw = mails.reply(to, "bob@example.com", "approve")
-    outcomes, barrier = [], threading.Barrier(2)
-
-    def server():
-        barrier.wait()
-        try:
-            outcomes.append(replies.receive(raw, via="mta").decided)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=server) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    outcomes = [received.decided for received in race(
+        2, lambda i: replies.receive(raw, via="mta"))]
     assert sorted(outcomes) == [False, True]
     assert decided(gate) == [("bob", "approve", "mail_reply")]
     assert MailReply.objects.count() == 1
