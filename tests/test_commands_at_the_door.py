@@ -167,13 +167,14 @@ print(gate.pk, links.reply_address(carol, gate))
 """
 
 
-def test_a_reply_through_the_mail_server_decides_and_a_database_away_is_retried(tmp_path):
+def test_a_reply_through_the_mail_server_decides_and_a_database_away_is_retried(shell,
+                                                                              tmp_path):
     """A mail server (aiosmtpd) pipes each reply to `manage.py receive_mail`, as Postfix's
     pipe transport does: carol's signed reply approves her gate; with the database away
-    the command exits 75 and the server answers 451, so the sender's server tries again."""
+    the command exits 75 and the server answers 451, so the sender's server tries again.
+    (Last in this module: the gate it decides is no other test's.)"""
     from tests.support import mail
 
-    shell = a_shell(tmp_path)
     records = tmp_path / "dkim.json"
     mail.reply("x@example.org", "carol@example.com", "approve")  # makes example.com's key
     mail.publish(records)
