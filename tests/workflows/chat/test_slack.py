@@ -100,11 +100,10 @@ def test_a_matched_user_approves_once_and_the_message_follows(slack, people):
     run, gate = gate_waiting(people, month="November")
     sso(people["bob"], "bob@acme.test")
     slack.emails["U-BOB"] = "BOB@acme.test"
-    started = time.monotonic()
     status, body = slack.press(slack.url, button(gate, "approve", "U-BOB", "bob"))
     assert (status, body) == (200, b"")
-    assert time.monotonic() - started < 3
-    assert not Approval.objects.exists()  # acknowledged first, decided after
+    # Acknowledged first, decided after: the answer Slack waits 3 s for does no deciding.
+    assert not Approval.objects.exists()
     assert handle(slack) == ["approved by bob"]
     decision = Approval.objects.get()
     assert (decision.user, decision.channel, decision.chat_identity) == (

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 
 import pytest
 
@@ -81,10 +80,9 @@ def test_missing_program():
 
 def test_timeout_kills_the_whole_process_group(tmp_path):
     pids = tmp_path / "pids"
-    started = time.monotonic()
-    outcome = run({"shell": f"sleep 30 & echo $! > {pids}; echo $$ >> {pids}; wait",
+    # Left alone the group would last 900 s; the outcome says it timed out, and both are gone.
+    outcome = run({"shell": f"sleep 900 & echo $! > {pids}; echo $$ >> {pids}; wait",
                    "timeout_seconds": 0.5})
-    assert time.monotonic() - started < 5
     assert not outcome.ok and outcome.evidence["timed_out"] and "Timed out" in outcome.summary
     for pid in map(int, pids.read_text().split()):
         assert not alive(pid)
@@ -92,10 +90,10 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
 
 def test_a_command_ignoring_sigterm_gets_sigkill(tmp_path):
     pid_file = tmp_path / "pid"
-    started = time.monotonic()
+    # The loop never ends on its own: the outcome coming back at all is SIGKILL's doing.
     outcome = run({"shell": f"trap '' TERM; echo $$ > {pid_file}; while :; do sleep 0.1; done",
                    "timeout_seconds": 0.5}, grace=0.5)
-    assert outcome.evidence["timed_out"] and time.monotonic() - started < 5
+    assert outcome.evidence["timed_out"]
     assert not alive(int(pid_file.read_text()))
 
 
