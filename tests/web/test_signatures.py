@@ -119,7 +119,7 @@ def test_mail_and_chat_show_who_signed_when_and_what_it_means(people):
     from zoneinfo import ZoneInfo
 
     from workflows.chat.messages import gate_message
-    from workflows.delivery.notifications import _gate_brief, _render
+    from workflows.delivery.notifications import _gate_brief, render
 
     spec = store_spec({"name": "two-signed", "steps": [
         {"key": "qa", "approval": {"group": "qa", "required": 2,
@@ -132,7 +132,7 @@ def test_mail_and_chat_show_who_signed_when_and_what_it_means(people):
     gate = run.steps.get(key="qa")
     line = f"signed “{MEANING}” as Bob Builder (bob) at "
     assert any(line in d for d in gate_message(gate).decisions)
-    text, html = _render("gate_waiting", {"gate": _gate_brief(run, gate), "run": run},
+    text, html = render("gate_waiting", {"gate": _gate_brief(run, gate), "run": run},
                          ZoneInfo("UTC"))
     assert line in text and "by password" in text
 

@@ -13,7 +13,6 @@ import logging
 from datetime import datetime
 
 from django.db import transaction
-from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
@@ -45,7 +44,7 @@ def gates_for(user) -> list:
         decidable_by(user).select_related("run", "run__spec", "run__requested_by")
         .order_by("waiting_since", "pk")[:LIMIT]))
     for gate in gates:
-        gate.cannot_reply = briefs.reply_cannot_decide(gate)
+        gate.page_only = briefs.page_only(gate)
         gate.decide_link = links.decision_url(user, gate)
     return gates
 
@@ -78,14 +77,12 @@ def _record(preference: Preference, day, now) -> Notification | None:
         gates = gates_for(user)
         if not gates:
             return None
-        plain = [gate for gate in gates if not gate.cannot_reply]
+        plain = [gate for gate in gates if not gate.page_only]
         context = {"user": user, "gates": gates, "plain": plain, "day": day,
                    "together_link": links.digest_url(user, plain) if len(plain) > 1 else "",
                    "hour": preference.digest_hour,
                    "profile_link": links.absolute(reverse("profile"))}
-        with timezone.override(zone_named(preference.time_zone)):
-            text = render_to_string("mail/digest.txt", context).strip() + "\n"
-            html = render_to_string("mail/digest.html", context)
+        text, html = notifications.render("digest", context, zone_named(preference.time_zone))
         count = f"{len(gates)} gate{'s' if len(gates) != 1 else ''}"
         return Notification.objects.create(
             user=user, key=f"digest:{day.isoformat()}", event="digest", subject=(

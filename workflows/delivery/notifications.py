@@ -36,7 +36,7 @@ def _gate_brief(run, step):
     return step
 
 
-def _render(name: str, context: dict, zone) -> tuple[str, str]:
+def render(name: str, context: dict, zone) -> tuple[str, str]:
     """(plain text, HTML) of a mail, with times in the recipient's zone."""
     with timezone.override(zone):
         return (render_to_string(f"mail/{name}.txt", context).strip() + "\n",
@@ -64,14 +64,14 @@ def messages_for(checkpoint: Checkpoint, event: str, step_key: str):
                 due = f" (due {timezone.localtime(gate.due['at'], zone):%a %d %b %H:%M %Z})"
             # A link and a reply address signed for this person, this gate and this
             # attempt (see links.py); a reply cannot sign or fill in a form.
-            reply_to = "" if briefs.reply_cannot_decide(gate) else links.reply_address(user, step)
-            text, html = _render("gate_waiting", {
+            reply_to = "" if briefs.page_only(gate) else links.reply_address(user, step)
+            text, html = render("gate_waiting", {
                 **context, "gate": gate, "verb": verb, "user": user, "reply_to": reply_to,
                 "decide_link": links.decision_url(user, step)}, zone)
             yield (user, f"[Tollgate] {reminder}{step.title} {verb} {gate.waits_on}{due}: "
                          f"{run}", text, html, {"Reply-To": reply_to} if reply_to else {})
         if event == "gate_escalated" and requester:
-            text, html = _render("gate_escalated", {**context, "gate": gate},
+            text, html = render("gate_escalated", {**context, "gate": gate},
                                  zone_of(requester))
             yield requester, f"[Tollgate] {step.title} escalated: {run}", text, html, {}
     elif event == "gate_decided" and step is not None and requester:
@@ -83,11 +83,11 @@ def messages_for(checkpoint: Checkpoint, event: str, step_key: str):
                 "at", "pk").values_list("values", flat=True):
             chosen.update(values or {})
         chosen = [(name, readable(value, none="null")) for name, value in chosen.items()]
-        text, html = _render("gate_decided", {**context, "gate": step, "outcome": outcome,
+        text, html = render("gate_decided", {**context, "gate": step, "outcome": outcome,
                                               "chosen": chosen}, zone_of(requester))
         yield requester, f"[Tollgate] {step.title} {outcome}: {run}", text, html, {}
     elif event == "run_failed" and requester:
-        text, html = _render("run_failed", context, zone_of(requester))
+        text, html = render("run_failed", context, zone_of(requester))
         yield requester, f"[Tollgate] Run failed: {run}", text, html, {}
 
 

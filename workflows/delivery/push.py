@@ -148,22 +148,25 @@ def messages_for(checkpoint: Checkpoint, event: str, step_key: str):
         return
     step.run = run
     briefs.gate_evidence([step])
-    plain = not briefs.reply_cannot_decide(step)
+    plain = not briefs.page_only(step)
+    payloads: dict[int, dict] = {}  # a person's, whatever number of browsers they have
     for subscription in subscriptions:
         user = subscription.user
-        due = ""
-        if step.due:
-            due = (f"; decide by {timezone.localtime(step.due['at'], zone_of(user)):%a %H:%M}"
-                   f", then it {step.due['then']}")
-        yield subscription, {
-            "title": f"{step.title} {EVENTS[event]}",
-            "body": f"{run}: {step.approved} of {step.approval_required} approvals{due}",
-            "url": links.decision_url(user, step),
-            # One notification per gate and attempt: a later one replaces it.
-            "tag": f"gate-{step.pk}-{step.attempt}",
-            # Approve and Reject on the notification (a signed gate, or one with a form,
-            # is decided on its page as it is).
-            "choices": plain}
+        if user.pk not in payloads:
+            due = ""
+            if step.due:
+                at = timezone.localtime(step.due["at"], zone_of(user))
+                due = f"; decide by {at:%a %H:%M}, then it {step.due['then']}"
+            payloads[user.pk] = {
+                "title": f"{step.title} {EVENTS[event]}",
+                "body": f"{run}: {step.approved} of {step.approval_required} approvals{due}",
+                "url": links.decision_url(user, step),
+                # One notification per gate and attempt: a later one replaces it.
+                "tag": f"gate-{step.pk}-{step.attempt}",
+                # Approve and Reject on the notification (a signed gate, or one with a
+                # form, is decided on its page as it is).
+                "choices": plain}
+        yield subscription, payloads[user.pk]
 
 
 def deliver(checkpoint_id: int, events) -> int:

@@ -19,8 +19,6 @@ from email.message import EmailMessage
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.template.loader import render_to_string
-from django.utils import timezone
 
 from workflows import engine
 from workflows.delivery import links, notifications
@@ -113,7 +111,7 @@ def _decide(raw, message, to, user, step, said, message_id) -> tuple[bool, str, 
         return False, (f"{step.title} changed after that mail was written (the run's values "
                        "or outputs moved on): look again at what it shows now"), True
     briefs.gate_evidence([step])
-    if why := briefs.reply_cannot_decide(step):
+    if why := briefs.page_only(step):
         return False, f"{step.title} cannot be decided by a reply: {why}", True
     if not said.decision:
         return False, (f"its first line ({said.first_line!r}) says neither approve nor "
@@ -139,9 +137,7 @@ def _answer(row: MailReply, user, step, message, outcome: str, decided: bool) ->
                "sender": row.sender, "received": row.received_at,
                "decide_link": links.decision_url(user, step) if waiting else "",
                "run_link": links.absolute(step.run.get_absolute_url()) if step else ""}
-    with timezone.override(zone_of(user)):
-        text = render_to_string("mail/reply_answer.txt", context).strip() + "\n"
-        html = render_to_string("mail/reply_answer.html", context)
+    text, html = notifications.render("reply_answer", context, zone_of(user))
     subject = str(message.get("Subject", "")).strip()
     subject = subject if subject.lower().startswith("re:") else f"Re: {subject}".strip()
     return Notification.objects.create(

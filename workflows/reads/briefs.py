@@ -247,10 +247,10 @@ def signature_to_give(gate) -> tuple[str, str]:
     return "", ""
 
 
-def reply_cannot_decide(gate) -> str:
-    """Why a reply to the gate's mail cannot decide it ("" when it can): a reply carries
-    two words and a comment, never a signature or a form's values. Its rules read already
-    (gate_evidence)."""
+def page_only(gate) -> str:
+    """Why only the gate's page can decide it ("" when a reply, a digest's press together
+    or a notification's button can): they carry a decision and a comment, never a
+    signature or a form's values. Its rules read already (gate_evidence)."""
     if signature_to_give(gate)[0]:
         return "it must be signed, which is done on its page"
     if gate.config.get("approval", {}).get("form"):

@@ -72,9 +72,10 @@ def _from_digest(request, gates) -> tuple[set[int], str]:
     if user_id != request.user.pk:
         return set(), ("This digest's link was sent to someone else: nothing is ticked; the "
                        "gates that wait on you are below.")
-    ticked = {gate.pk for gate in gates if gate.pk in set(listed)
+    listed = set(listed)
+    ticked = {gate.pk for gate in gates if gate.pk in listed
               and not gate.signing and not gate.config.get("approval", {}).get("form")}
-    gone = len(set(listed) - ticked)
+    gone = len(listed - ticked)
     notice = (f"From your digest: {len(ticked)} gate{pluralize(len(ticked))} ticked below. "
               "Read them, then press “Approve selected” to approve them all.")
     if gone:
