@@ -86,17 +86,27 @@ class PipingMailServer:
 
         from aiosmtpd.smtp import SMTP
 
-        from .processes import listener
+        from .processes import listener, patience
 
         self.command, self.env, self.cwd = command, env, cwd
         self.answers: list[tuple[int, str]] = []
         sock = listener()
         self.port = sock.getsockname()[1]
         self.loop = asyncio.new_event_loop()
-        self.server = self.loop.run_until_complete(
-            self.loop.create_server(lambda: SMTP(self), sock=sock))
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        serving = threading.Event()
+
+        def serve() -> None:
+            # The loop is made to run in its own thread only: the test's thread may hold a
+            # running loop of its own (Playwright's sync API leaves one).
+            asyncio.set_event_loop(self.loop)
+            self.server = self.loop.run_until_complete(
+                self.loop.create_server(lambda: SMTP(self), sock=sock))
+            serving.set()
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=serve, daemon=True)
         self.thread.start()
+        assert serving.wait(patience()), "the mail server did not start"
 
     async def handle_DATA(self, server, session, envelope) -> str:
         import asyncio
@@ -127,6 +137,20 @@ class PipingMailServer:
         return None
 
     def close(self) -> None:
-        self.server.close()
+        self.loop.call_soon_threadsafe(self.server.close)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+def decision_links(text: str) -> list[tuple[int, int, int]]:
+    """(person, gate, attempt) of each signed decision link in a message: read back, not
+    compared as text (a link signed a second later is another string for the same gate)."""
+    import re
+
+    from workflows.delivery import links
+
+    found = []
+    for token in re.findall(r"/decide/([^/\s\"']+)/", text):
+        link = links.read(token)
+        found.append((link.user_id, link.step_id, link.attempt))
+    return found
