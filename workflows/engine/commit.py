@@ -60,6 +60,8 @@ class Announcement:
     outbox: list[int] = field(default_factory=list)  # messages written for it, to ring
     parent_step_id: int | None = None  # a child run's: the parent step waiting for it
     gates: list[int] = field(default_factory=list)  # gates acted on, opened or closed
+    # of those, the ones whose rules' (group, person id) the transition read already
+    audiences: dict[int, list[tuple[str, int | None]]] = field(default_factory=dict)
 
     @property
     def checkpoint_id(self) -> int:
@@ -317,6 +319,8 @@ def _announce(state: RunState, checkpoint: Checkpoint, frontier, failed, previou
         s.pk for s in state.steps.values() if s.kind == StepKind.APPROVAL and (
             s is acted or s.status != s.as_loaded.get("status")
             or s.attempt != s.as_loaded.get("attempt"))]
+    announcement.audiences = {pk: state.audiences[pk] for pk in announcement.gates
+                              if pk in state.audiences}
     for step_id, eta in announcement.retry:
         state.find(step_id).rung_at = eta
     # Kept on the checkpoint until the commit: a chained claim takes its step out of `ring`.

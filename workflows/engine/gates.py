@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from django.utils import timezone
 
 from workflows.audit import chain
-from workflows.engine import policy, sql
+from workflows.engine import facts, policy, sql
 from workflows.engine.commit import commit
 from workflows.engine.moves import (
     COMMENT_LIMIT,
@@ -125,11 +125,12 @@ def _gate(state: RunState, key, user, verb: str):
                                 f"{deadline_then(step)} now.")
     if not permissions.signed_in(user):
         raise NotPermitted(permissions.NOT_SIGNED_IN)
-    rules = policy.rules_of(step)
-    groups = set(user.groups.values_list("name", flat=True))
-    decided = permissions.decided_people(step)
-    chosen = permissions.choose_rule(user, run, step, rules, decided, permissions.principals(
-        user, groups=groups, fresh=True))
+    # Read under the run's lock, in one statement; the page's own reading may be stale.
+    known = facts.read(user, [step], clock.now())
+    rules, decided = known.rules[step.pk], known.decided[step.pk]
+    state.audiences[step.pk] = known.audiences(step.pk)
+    permissions.remember(user, known.groups, known.delegators)
+    chosen = permissions.choose_rule(user, run, step, rules, decided, known.people(user))
     if isinstance(chosen, str):
         # Deciding twice is a conflict with the record, not a matter of permission.
         raise (IllegalTransition if user.pk in decided else NotPermitted)(chosen)

@@ -82,6 +82,9 @@ class RunState:
         self.owes_compensations = False  # the transition being committed failed the run
         self.owing = None  # its announcement, until its compensations are planned
         self.announced: list = []  # transitions recorded since the rows were last written
+        # gate id -> (group, person id) of each rule, where a transition read them already:
+        # whose inboxes it changes, not read again when it is announced
+        self.audiences: dict[int, list[tuple[str, int | None]]] = {}
         self.run_loaded = {name: getattr(run, name) for name in RUN_COLUMNS}
 
     # reading ------------------------------------------------------------------------------

@@ -121,6 +121,13 @@ def principals(user, *, groups: set[str] | None = None, fresh: bool = False
     return [own, *acting_for(user, fresh=fresh)]
 
 
+def remember(user, groups: frozenset[str], delegators: list[Principal]) -> None:
+    """Keep what was read of the user's groups and delegators for the rest of the request
+    (`group_names`, `acting_for`): the engine read them fresh, under its lock."""
+    user._tollgate_groups = set(groups)
+    user._tollgate_delegators = delegators
+
+
 def acting_for(user, *, fresh: bool = False) -> list[Principal]:
     """`delegators(user)`, read once per request (kept on the user object)."""
     if fresh or not hasattr(user, "_tollgate_delegators"):
