@@ -83,7 +83,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "workflows.sso.middleware.SessionAge",
     "workflows.sso.middleware.SsoRecheck",
-    "workflows.timing.timezones.ViewerTimeZone",
+    "workflows.web.middleware.ViewerTimeZone",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",

@@ -340,10 +340,10 @@ class TestQueryCounts:
 
     def test_pinned_counts(self, client, waiting, people, django_assert_num_queries):
         as_user(client, people["bob"])
-        # session, user, run, steps, approvals, checkpoints, the waiting gates' rules,
-        # groups, whom the user decides for, two permission lookups (user and group
-        # permissions) and the inbox count
-        with django_assert_num_queries(12):
+        # session, user, run, steps, approvals, checkpoints, the waiting gates' facts (their
+        # rules, who decided, the user's groups and whom they decide for: one statement),
+        # two permission lookups (user and group permissions) and the inbox count
+        with django_assert_num_queries(10):
             client.get(f"/runs/{waiting.pk}/")
         # session, user, whom the user decides for, gates, the evidence (dependency steps,
         # decisions, rules), the brief (every step of the gates' runs), the filters'

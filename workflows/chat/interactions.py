@@ -21,12 +21,12 @@ from workflows.models import (
     Channel,
     ChatInteraction,
     ChatMessage,
-    GateRule,
     Step,
     StepKind,
     StepStatus,
 )
 from workflows.people import permissions
+from workflows.reads import gates as gates_seen
 from workflows.timing import clock
 
 from . import identities, messages, providers
@@ -135,15 +135,10 @@ def viewer(chat, press: Press, gate: Step) -> Viewer:
     if identity is None:
         return Viewer(linked=False, link_url=identities.link_url(
             chat.name, press.team, press.chat_user, press.chat_name, chat.email_of(press)))
-    user = identity.user
-    rules = list(GateRule.objects.filter(step=gate, attempt=gate.attempt, open=True)
-                 .select_related("user").order_by("order", "position"))
-    decided = permissions.decided_people(gate)
-    refusal = permissions.decide_refusal(user, gate.run, gate, rules=rules, decided=decided)
-    if refusal:
-        return Viewer(linked=True, refusal=refusal)
-    rule = permissions.deciding_rule(user, gate.run, gate, rules=rules, decided=decided)
-    return Viewer(linked=True, signature=engine.signature_meaning(gate, rule))
+    gates_seen.seen_by(identity.user, [gate], brief=False, audience=False)
+    if gate.refusal:
+        return Viewer(linked=True, refusal=gate.refusal)
+    return Viewer(linked=True, signature=gate.signing)
 
 
 def _match(chat, press: Press):

@@ -184,10 +184,11 @@ def decided_people(step) -> set[int]:
 
 
 def decide_refusal(user, run, step, *, groups: set[str] | None = None, rules=None,
-                   decided: set[int] | None = None) -> str | None:
+                   decided: set[int] | None = None,
+                   people: list[Principal] | None = None) -> str | None:
     """Why this user may not decide this gate now, or None when they may (`choose_rule`
-    over the gate's rules, who decided and the user's delegations; a page that has read the
-    `rules` of the attempt and who `decided` passes them)."""
+    over the gate's rules, who decided and whom the user decides as; a reader that has read
+    them, as `engine.facts` does, passes them)."""
     if not signed_in(user):
         return NOT_SIGNED_IN
     if step.status != StepStatus.WAITING_APPROVAL or run.status not in OPEN_RUN_STATUSES:
@@ -197,7 +198,7 @@ def decide_refusal(user, run, step, *, groups: set[str] | None = None, rules=Non
                      .select_related("user").order_by("order", "position"))
     chosen = choose_rule(user, run, step, rules,
                          decided_people(step) if decided is None else decided,
-                         principals(user, groups=groups))
+                         principals(user, groups=groups) if people is None else people)
     return chosen if isinstance(chosen, str) else None
 
 

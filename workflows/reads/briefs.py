@@ -274,7 +274,7 @@ def you_decided(verb: str, title: str, for_whom: str = "") -> str:
 
 def decided_people(decisions) -> set[int]:
     """Who has decided, among these loaded decisions of one attempt (permissions.who_decided)."""
-    return who_decided((d.user_id, d.on_behalf_of_id) for d in decisions)
+    return who_decided([(d.user_id, d.on_behalf_of_id) for d in decisions])
 
 
 def describe_rules(gate, rules) -> None:
@@ -305,12 +305,12 @@ def output_of(step: Step) -> dict:
             "cut": len(lines) > OUTPUT_TAIL_LINES}
 
 
-def gate_evidence(gates: list) -> list:
+def gate_evidence(gates: list, *, rules: dict[int, list[GateRule]] | None = None) -> list:
     """Give each gate what its approvers decide with, in five queries whatever the count:
     `instructions`, `decisions` (this attempt's, for quorum progress) and their
     `version`, `rules` (which apply to this run, which are met), `due` (the deadline in
     words), and the brief (brief: params, the trail of steps before it, each direct
-    dependency's output, consequences)."""
+    dependency's output, consequences). `rules`: each gate's, where they were read."""
     if not gates:
         return gates
     wanted = Q(pk__in=[])
@@ -319,7 +319,7 @@ def gate_evidence(gates: list) -> list:
     outputs = {(s.run_id, s.key): output_of(s) for s in Step.objects.filter(wanted).only(
         "run_id", "key", "last_evidence")}
     decided = decisions_by_gate(gates)
-    rules = rules_by_gate(gates)
+    rules = rules_by_gate(gates) if rules is None else rules
     brief(gates)
     now = timezone_now()
     for gate in gates:

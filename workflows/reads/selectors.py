@@ -25,7 +25,7 @@ from workflows.models import (
 )
 from workflows.people.permissions import acting_for, decidable_by
 from workflows.specs.validation import masked
-from workflows.templatetags.tollgate import label, pretty_json
+from workflows.specs.values import label, pretty_json
 from workflows.timing.timezones import day_starts
 
 

@@ -149,3 +149,26 @@ def duration(value) -> str:
     if hours:
         return f"{hours} h {minutes} min" if minutes else f"{hours} h"
     return f"{minutes} min"
+
+
+def pretty_json(value) -> str:
+    """Indented JSON, as pages show evidence and patches."""
+    return json.dumps(value, indent=2, sort_keys=True, default=str)
+
+
+WORDS = {
+    "waiting_approval": "waiting for approval",
+    "step_started": "step started",
+    "stale_result": "stale result ignored",
+    "transition": "reported by an agent",
+    "approval_recorded": "approval recorded",
+    "lease_overdue": "lease overdue, holder alive",
+    "lease_recovered": "worker gone, recovered",
+    "sweep_failed": "sweeper could not handle this",
+}
+
+
+def label(value) -> str:
+    """A status or kind as words: waiting_approval -> waiting for approval."""
+    value = str(value or "")
+    return WORDS.get(value, value.replace("_", " "))

@@ -1,4 +1,3 @@
-import json
 import re
 
 import nh3
@@ -54,7 +53,7 @@ def plain(text) -> str:
 @register.filter
 def pretty_json(value) -> str:
     """Indented JSON for <pre> blocks; autoescaping still applies."""
-    return json.dumps(value, indent=2, sort_keys=True, default=str)
+    return values.pretty_json(value)
 
 
 @register.filter
@@ -90,23 +89,10 @@ def without(mapping, keys: str):
 
 
 # Words people read for the statuses and kinds whose names are not words already.
-WORDS = {
-    "waiting_approval": "waiting for approval",
-    "step_started": "step started",
-    "stale_result": "stale result ignored",
-    "transition": "reported by an agent",
-    "approval_recorded": "approval recorded",
-    "lease_overdue": "lease overdue, holder alive",
-    "lease_recovered": "worker gone, recovered",
-    "sweep_failed": "sweeper could not handle this",
-}
-
-
 @register.filter
 def label(value) -> str:
     """A status or kind as words: waiting_approval -> waiting for approval."""
-    value = str(value or "")
-    return WORDS.get(value, value.replace("_", " "))
+    return values.label(value)
 
 
 @register.simple_tag(takes_context=True)

@@ -42,24 +42,6 @@ def on_sign_in(sender, request, user, **kwargs):
                  .values_list("time_zone", flat=True).first() or "")
 
 
-class ViewerTimeZone:
-    """Activate the viewer's time zone for the request (Django's own timezone machinery)."""
-
-    def __init__(self, get_response):
-        self.get_response = get_response
-
-    def __call__(self, request):
-        name = request.session.get(SESSION_KEY) if hasattr(request, "session") else None
-        try:
-            timezone.activate(zoneinfo.ZoneInfo(name)) if name else timezone.deactivate()
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            timezone.deactivate()
-        try:
-            return self.get_response(request)
-        finally:
-            timezone.deactivate()
-
-
 def zone_of(user) -> zoneinfo.ZoneInfo:
     """The time zone a person reads times in (their preference, else the site's): for what is
     sent to them (mail, chat), where no request carries it."""

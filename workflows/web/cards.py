@@ -1,18 +1,13 @@
-"""The card: what an approver reads on a gate's card (the brief of `workflows.reads.briefs`, with
-the gate's form), and the inbox's gates built from it."""
+"""The card: a gate as its reader sees it (`workflows.reads.gates`) with the gate's form, and
+the inbox's gates built from it."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from datetime import timedelta
-
-from django.contrib.auth import get_user_model
 from django.db.models import Count, F, Q
 
-from workflows import engine
-from workflows.models import GateRule, Notification, Step
-from workflows.people.permissions import decidable_by, deciding_as, named_in_rules
-from workflows.reads import briefs
+from workflows.models import GateRule, Step
+from workflows.people.permissions import decidable_by, named_in_rules
+from workflows.reads import gates as gates_seen
 from workflows.reads.briefs import (  # noqa: F401  (the card's read model, named here too)
     VALUE_CHARS,
     approvals_of_attempt,
@@ -70,83 +65,28 @@ def inbox_choices(user) -> dict:
 
 
 def inbox_gates(user, view: dict | None = None) -> list:
-    """The first INBOX_LIMIT gates of the inbox's view, each with its evidence and who else
-    may decide it and who was told of it."""
-    gates = gate_evidence(list(inbox_query(user, view).select_related(
+    """The first INBOX_LIMIT gates of the inbox's view, each as this user sees it (evidence,
+    who else may decide it and who was told) with its form."""
+    return seen_by(user, list(inbox_query(user, view).select_related(
         "run", "run__spec", "run__goal", "run__requested_by",
         "run__parent_step")[:INBOX_LIMIT]))
-    audiences(gates, user)
-    signing(gates, user)
+
+
+def seen_by(user, gates: list) -> list:
+    """Each gate as `user` sees it (`workflows.reads.gates`), and its `form`."""
+    gates_seen.seen_by(user, gates)
+    for gate in gates:
+        gate.form = gate_form(gate)
     return gates
 
 
-def signing(gates: list, user) -> None:
-    """Set each gate's `signing` and `reject_signing` (what signing this user's approval,
-    and rejection, on it means, for the rule it would count toward; "" when unsigned) and
-    `deciding_for` (the person away this user would decide it for, with when they are
-    back; None when for themselves). No query (the rules and delegations are read)."""
-    for gate in gates:
-        rule, person = deciding_as(user, gate.run, gate, rules=gate.rules,
-                                   decided=decided_people(getattr(gate, "decisions", [])))
-        gate.signing = engine.signature_meaning(gate, rule)
-        gate.reject_signing = engine.signature_meaning(gate, rule, "reject")
-        gate.deciding_for = person if person is not None and person.delegated else None
-
-
-def audiences(gates: list, user) -> None:
-    """Set each gate's `others` (who else may decide it now: its open rules' approvers,
-    less the requester where self-approval is not allowed, less whoever decided) and `told`
-    (who was mailed of it this attempt, and when, newest first): two queries for any number
-    of gates (their `rules` read already)."""
-    members = defaultdict(list)
-    groups = {rule.group for gate in gates for rule in gate.rules if rule.open and rule.group}
-    for group, pk, name in (get_user_model().objects.filter(
-            is_active=True, groups__name__in=groups)
-            .values_list("groups__name", "pk", "username").order_by("username")):
-        members[group].append((pk, name))
-    told = defaultdict(list)
-    if gates:
-        notes = (Notification.objects.filter(
-            run_id__in={gate.run_id for gate in gates},
-            event__in=("gate_waiting", "gate_escalated", "gate_reminded", "gate_reassigned"))
-            .values_list("run_id", "key", "event", "user__username", "created_at")
-            .order_by("-created_at", "-pk"))
-        for run_id, key, event, name, at in notes:
-            told[(run_id, key.rsplit(":", 1)[-1])].append(
-                {"user": name, "at": at, "reminder": event == "gate_reminded"})
-    for gate in gates:
-        decided = decided_people(getattr(gate, "decisions", []))
-        others = {}
-        for rule in gate.rules:
-            if not rule.open:
-                continue
-            people = members[rule.group] if rule.group else [(rule.user_id, rule.audience)]
-            for pk, name in people:
-                if pk != user.pk and pk not in decided and (
-                        rule.allow_self_approval or pk != gate.run.requested_by_id):
-                    others.setdefault(pk, name)
-        gate.others = sorted(others.values())
-        # Mail of earlier attempts is older than this one's start; mail is recorded after
-        # its checkpoint commits, and the margin covers clocks of different processes.
-        since = gate.waiting_since - timedelta(seconds=5) if gate.waiting_since else None
-        gate.told = [t for t in told[(gate.run_id, gate.key)] if since is None or t["at"] >= since]
-
-
 def inbox_versions(user, view: dict | None = None) -> dict[int, str]:
-    """The inbox's gates by id with their `version` (see gate_evidence), in one query and
+    """The inbox's gates by id with their `version` (see briefs.gate_evidence), in one query and
     without their evidence: what a live inbox's poll compares before it builds any card."""
     rows = (inbox_query(user, view)
             .annotate(decided=Count("approvals", filter=Q(approvals__attempt=F("attempt"))))
             .values_list("pk", "attempt", "decided")[:INBOX_LIMIT])
     return {pk: f"{attempt}.{decided}" for pk, attempt, decided in rows}
-
-
-def gate_evidence(gates: list) -> list:
-    """The brief of each gate (briefs.gate_evidence) and its `form`."""
-    briefs.gate_evidence(gates)
-    for gate in gates:
-        gate.form = gate_form(gate)
-    return gates
 
 
 def gates_left(user, step_ids: list[int]) -> list[Step]:

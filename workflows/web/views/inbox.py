@@ -14,15 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 from tollgate.query import whole_number
 from workflows import engine
 from workflows.delivery import links
-from workflows.models import (
-    Approval,
-    Preference,
-    Step,
-    StepStatus,
-)
-from workflows.people.permissions import (
-    decide_refusal,
-)
+from workflows.models import Approval, Preference, Step, StepStatus
 from workflows.reads import briefs
 from workflows.timing import clock
 from workflows.web import cards, polls
@@ -187,15 +179,10 @@ def decide(request, token: str):
         return render(request, "workflows/decide.html", {
             "run": gate.run, "problem": f"This link no longer works: {gate.title} was decided "
                                         "or has started again since it was sent."}, status=410)
-    decided = Approval.objects.filter(step=gate, attempt=gate.attempt, user=request.user)
-    refusal = ("You have already decided this gate." if decided.exists()
-               else decide_refusal(request.user, gate.run, gate))
-    if refusal:
-        return render(request, "workflows/decide.html", {"run": gate.run, "problem": refusal},
-                      status=403)
-    cards.gate_evidence([gate])
-    cards.audiences([gate], request.user)  # who else may decide, who was told: as the card
-    cards.signing([gate], request.user)
+    cards.seen_by(request.user, [gate])  # as its card shows it: who else, who was told
+    if gate.refusal:
+        return render(request, "workflows/decide.html", {"run": gate.run,
+                                                         "problem": gate.refusal}, status=403)
     # The mail showed the evidence as it stood then: say so when it has changed since.
     changed = bool(link.shown) and not gate.evidence_digest.startswith(link.shown)
     # Opened from a push notification's Approve or Reject: that choice made, one press left.

@@ -16,7 +16,6 @@ from tollgate.exports import csv_download
 from tollgate.paging import page_of
 from tollgate.query import int_param
 from workflows import engine
-from workflows.engine import policy
 from workflows.models import (
     OPEN_RUN_STATUSES,
     Approval,
@@ -35,11 +34,10 @@ from workflows.people.permissions import (
     can_retry,
     can_skip,
     decidable_by,
-    decide_refusal,
-    deciding_rule,
     readable_runs,
 )
 from workflows.reads import briefs, selectors
+from workflows.reads import gates as gates_seen
 from workflows.recovery.recover import recover_run
 from workflows.web import cards, passkeys, polls, signing
 from workflows.web.forms import gate_form, posted_values
@@ -92,35 +90,28 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
     for approval in approvals:
         by_step.setdefault(approval.step_id, []).append(approval)
     user = request.user
-    attempts = {s.pk: s.attempt for s in steps}
-    decided = {a.step_id for a in approvals
-               if a.user_id == user.pk and a.attempt == attempts[a.step_id]}
+    for step in steps:
+        step.decisions = by_step.get(step.pk, [])
+    # Each gate as this person sees it: its rules, whether and how they may decide it.
     gates = [s for s in steps if s.kind == "approval" and s.attempt]
-    rules = cards.rules_by_gate(gates) if gates else {}
+    gates_seen.seen_by(user, gates, brief=False, audience=False)
+    waited = {gate.pk for gate in gates}
     now = timezone.now()
     for step in steps:
         step.looks_stuck = (step.status == StepStatus.RUNNING and step.lease_expires_at is not None
                             and step.lease_expires_at < now)
-        step.decisions = by_step.get(step.pk, [])
         if step.kind == "approval":
             step.due = cards.deadline(step, now)
             step.instructions = cards.fill_placeholders(step.config.get("description", ""),
-                                                            run)
-            current, step.approved = cards.approvals_of_attempt(step.decisions, step.attempt)
-            cards.describe_rules(step, rules.get(step.pk, []))
+                                                        run)
+            if not step.attempt:  # never waited: no rules, nobody decides it yet
+                step.decisions, step.approved = cards.approvals_of_attempt(step.decisions, 0)
+                cards.describe_rules(step, [])
             if refused and refused[0] == step.key:
                 step.form = gate_form(step, request.POST, errors=refused[1])
             else:
                 step.form = gate_form(step)
-        step.can_decide = step.pk in rules and step.pk not in decided
-        if step.can_decide:  # a gate (`current` is its attempt's decisions)
-            deciders = cards.decided_people(current)
-            step.can_decide = decide_refusal(user, run, step, rules=step.rules,
-                                             decided=deciders) is None
-        if step.can_decide:  # what signing it means, for the rule this person decides on
-            rule = deciding_rule(user, run, step, rules=step.rules, decided=deciders)
-            step.signing = engine.signature_meaning(step, rule)
-            step.reject_signing = engine.signature_meaning(step, rule, "reject")
+        step.can_decide = step.pk in waited and not step.refusal
         # What the page's poller compares: a row whose version moved is sent again.
         step.version = f"{step.attempt}.{len(step.decisions)}.{step.updated_at.timestamp()}"
         step.can_retry = can_retry(user, run, step)
@@ -254,9 +245,7 @@ def _respond(request, run_id: int, *, key: str = "",
                 if gate is not None:
                     # As the card was drawn: who else may decide, who was told, the
                     # signature, and the fields as typed.
-                    cards.gate_evidence([gate])
-                    cards.audiences([gate], request.user)
-                    cards.signing([gate], request.user)
+                    cards.seen_by(request.user, [gate])
                     if getattr(error, "errors", None):
                         gate.form = gate_form(gate, request.POST, errors=error.errors)
                 # A mailed link's page decides that one gate: no checkbox for several.
@@ -362,16 +351,14 @@ def sign_confirm(request, binding: str):
         messages.error(request, str(exc) if isinstance(exc, engine.WorkflowError)
                        else "That gate no longer exists: nothing was decided.")
         return redirect("inbox")
-    rule = deciding_rule(request.user, step.run, step, rules=policy.rules_of(step),
-                         decided=cards.decided_people(
-                             list(step.approvals.filter(attempt=step.attempt))))
+    gates_seen.seen_by(request.user, [step], brief=False, audience=False)
     fields = waiting["fields"]
     return render(request, "workflows/sign_confirm.html", {
         "binding": binding, "step": step, "run": step.run, "decision": waiting["decision"],
         "comment": fields.get("comment", ""),
         "values": {name[6:]: value for name, value in fields.items()
                    if name.startswith("field_")},
-        "meaning": engine.signature_meaning(step, rule, waiting["decision"]),
+        "meaning": engine.signature_meaning(step, step.deciding_rule, waiting["decision"]),
         "provider": settings.TOLLGATE_OIDC_LABEL})
 
 
