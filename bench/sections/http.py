@@ -108,7 +108,7 @@ def measure(bench) -> None:
                                "authenticated_write": write["rps"] / floor["rps"],
                                "approve_from_inbox": inbox["rps"] / floor["rps"],
                                "approve": approve["rps"] / floor["rps"]},
-            "target_ratio": 0.5}
+            "target_ratio": {"approve_from_inbox": 0.4, "approve": 0.3}}
     finally:
         stop(web, sig=15)
 
