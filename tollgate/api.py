@@ -27,7 +27,7 @@ from ninja.security import HttpBearer, SessionAuth
 from goals.api import router as goals_router
 from goals.services import OpenRuns
 from tollgate import dbfaults
-from workflows.api import runs, specs, steps, workers
+from workflows.api import inbox, runs, specs, steps, workers
 from workflows.engine import WorkflowError
 from workflows.models import ApiToken
 from workflows.people.permissions import vouched_for
@@ -240,7 +240,7 @@ def on_data_error(request, exc):
     return error(request, "A value is out of range or has characters the database refuses.", 400)
 
 
-for router in (specs.router, runs.router, steps.router, workers.router):
+for router in (specs.router, runs.router, steps.router, inbox.router, workers.router):
     api.add_router("/", router)
 api.add_router("/", goals_router)
 

@@ -20,12 +20,33 @@ from collections import defaultdict
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
+from django.db.models import F, QuerySet
 
 from workflows.engine import facts, signature_meaning
-from workflows.models import Notification, Step
+from workflows.models import GateRule, Notification, Step
 from workflows.people import permissions
 from workflows.reads import briefs
 from workflows.timing import clock
+
+# The orders of the gates waiting on someone: how long a gate has waited (the default), or its
+# deadline (those without one last); both served by the partial indexes on waiting gates.
+SORTS = {"age": ("waiting_since", "pk"),
+         "deadline": (F("deadline_at").asc(nulls_last=True), "waiting_since", "pk")}
+
+
+def waiting_on(user, *, sort: str = "age", group: str = "", spec: str = "",
+               goal: int | None = None) -> QuerySet[Step]:
+    """The gates waiting on this person now (`permissions.decidable_by`: as themselves or for
+    someone away), those of a group's open rule, a workflow or a goal, in the inbox's order."""
+    gates = permissions.decidable_by(user)
+    if group:  # a gate waiting on that group now (any of its open rules)
+        gates = gates.filter(pk__in=GateRule.objects.filter(
+            group=group, open=True).values("step_id"))
+    if spec:
+        gates = gates.filter(run__spec_name=spec)
+    if goal is not None:
+        gates = gates.filter(run__goal_id=goal)
+    return gates.order_by(*SORTS[sort])
 
 
 def seen_by(user, gates: list[Step], *, brief: bool = True, audience: bool = True
@@ -46,9 +67,11 @@ def seen_by(user, gates: list[Step], *, brief: bool = True, audience: bool = Tru
             decided = briefs.decisions_by_gate(gates)
             for gate in gates:
                 gate.decisions = decided.get(gate.pk, [])
+        now = clock.now()
         for gate in gates:
             gate.approved = briefs.approvals_of_attempt(gate.decisions, gate.attempt)[1]
             briefs.describe_rules(gate, known.rules[gate.pk])
+            gate.due = briefs.deadline(gate, now)
     people = known.people(user)
     for gate in gates:
         _may_decide(user, gate, known.decided[gate.pk], people)

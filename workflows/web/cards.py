@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db.models import Count, F, Q
 
-from workflows.models import GateRule, Step
+from workflows.models import Step
 from workflows.people.permissions import decidable_by, named_in_rules
 from workflows.reads import gates as gates_seen
 from workflows.reads.briefs import (  # noqa: F401  (the card's read model, named here too)
@@ -31,25 +31,13 @@ from workflows.web.forms import gate_form
 INBOX_LIMIT = 50
 
 
-# The inbox's orders: how long a gate has waited (the default), or its deadline (those
-# without one last); both served by the partial indexes on waiting gates.
-SORTS = {"age": ("waiting_since", "pk"),
-         "deadline": (F("deadline_at").asc(nulls_last=True), "waiting_since", "pk")}
-
-
 def inbox_query(user, view: dict | None = None):
     """The gates waiting on this user, narrowed and ordered as the inbox's URL asks
     (`view`: sort, group, spec, goal; see forms.InboxView)."""
     view = view or {}
-    gates = decidable_by(user)
-    if view.get("group"):  # a gate waiting on that group now (any of its open rules)
-        gates = gates.filter(pk__in=GateRule.objects.filter(
-            group=view["group"], open=True).values("step_id"))
-    if view.get("spec"):
-        gates = gates.filter(run__spec_name=view["spec"])
-    if view.get("goal"):
-        gates = gates.filter(run__goal_id=view["goal"].pk)
-    return gates.order_by(*SORTS[view.get("sort") or "age"])
+    return gates_seen.waiting_on(user, sort=view.get("sort") or "age",
+                                 group=view.get("group") or "", spec=view.get("spec") or "",
+                                 goal=getattr(view.get("goal"), "pk", None))
 
 
 def inbox_choices(user) -> dict:
