@@ -56,7 +56,10 @@ def child(backend: str, out: Path, size: str, sections: list[str]) -> None:
            "TOLLGATE_NOTIFY": "0", "TOLLGATE_LEASE_SECONDS": "30", "LOG_LEVEL": "WARNING",
            "TOLLGATE_EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
            # The fairness section's backlog is one 5,000-step fan-out.
-           "TOLLGATE_MAX_STEPS_PER_RUN": "5000"}
+           "TOLLGATE_MAX_STEPS_PER_RUN": "5000",
+           # Its consumers run the bench's own no-op commands as themselves (a production
+           # consumer refuses to without TOLLGATE_COMMAND_USER).
+           "TOLLGATE_COMMANDS_AS_CONSUMER": "1"}
     if backend == "sqlite":
         env["DATABASE_URL"] = f"sqlite:///{var / 'bench.sqlite3'}"
         env.pop("TOLLGATE_REDIS_URL", None)
