@@ -10,6 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from tests.conftest import make_user
+from tests.workflows.helpers import waiting_releases
 from workflows import engine
 from workflows.models import Preference
 from workflows.specs.storage import store_spec
@@ -23,17 +24,13 @@ SIGNED = {"name": "hotfix", "steps": [
         "timeout_seconds": 3600}}]}
 
 
-def open_waiting(spec, people, title):
-    run = engine.open_run(spec, actor=people["alice"], title=title).run
-    engine.start_step(run, "build")
-    engine.complete_step(run, "build")
-    return run
+def open_waiting(spec, people, count: int = 1):
+    return waiting_releases(spec, people["alice"], count)
 
 
 def test_the_inbox_lists_the_gates_waiting_on_the_caller_as_they_see_them(api, people,
                                                                          release_spec):
-    first = open_waiting(release_spec, people, "Release 1")
-    second = open_waiting(release_spec, people, "Release 2")
+    first, second = open_waiting(release_spec, people, 2)
     engine.approve(second, "qa", user=people["carol"], comment="fine")
     body = api["bob"].get("/api/inbox").json()
     assert body["count"] == 2
@@ -53,7 +50,7 @@ def test_the_inbox_lists_the_gates_waiting_on_the_caller_as_they_see_them(api, p
 
 
 def test_a_decision_made_from_the_inbox_entry_is_taken_as_seen(api, people, release_spec):
-    run = open_waiting(release_spec, people, "Release 1")
+    run = open_waiting(release_spec, people)[0]
     gate = api["bob"].get("/api/inbox").json()["results"][0]
     decided = api["bob"].post(f"/api/runs/{gate['run']}/steps/{gate['step']}/approve",
                               {"comment": "looked", "seen": gate["evidence_digest"]})
@@ -79,7 +76,7 @@ def test_a_delegate_sees_whom_they_decide_for(api, people, release_spec):
     now = clock.now()
     Preference.objects.create(user=people["carol"], delegate=dee, away_from=now - timedelta(
         hours=1), away_until=now + timedelta(days=2))
-    run = open_waiting(release_spec, people, "Release 1")
+    run = open_waiting(release_spec, people)[0]
     from tests.api.conftest import Api
 
     gate = Api(dee).get("/api/inbox").json()["results"][0]
@@ -87,7 +84,7 @@ def test_a_delegate_sees_whom_they_decide_for(api, people, release_spec):
 
 
 def test_the_inbox_is_narrowed_and_ordered_as_the_web_inbox_is(api, people, release_spec):
-    runs = [open_waiting(release_spec, people, f"Release {i}") for i in range(3)]
+    runs = open_waiting(release_spec, people, 3)
     assert [g["run"] for g in api["bob"].get("/api/inbox", sort="age").json()["results"]] \
         == [r.pk for r in runs]
     assert api["bob"].get("/api/inbox", spec="nothing").json()["count"] == 0
@@ -98,12 +95,11 @@ def test_the_inbox_is_narrowed_and_ordered_as_the_web_inbox_is(api, people, rele
 
 def test_the_inbox_takes_the_same_statements_for_any_number_of_gates(api, people,
                                                                       release_spec):
-    open_waiting(release_spec, people, "Release 0")
+    open_waiting(release_spec, people)
     api["bob"].get("/api/inbox")
     with CaptureQueriesContext(connection) as few:
         api["bob"].get("/api/inbox")
-    for i in range(6):
-        open_waiting(release_spec, people, f"Release {i + 1}")
+    open_waiting(release_spec, people, 6)
     with CaptureQueriesContext(connection) as more:
         assert api["bob"].get("/api/inbox").json()["count"] == 7
     assert len(few) == len(more)
@@ -118,7 +114,7 @@ def test_the_inbox_over_http_with_a_token_as_the_guide_shows_it(live_server, peo
 
     from workflows.models import ApiToken
 
-    run = open_waiting(release_spec, people, "Release 1")
+    run = open_waiting(release_spec, people)[0]
     token = ApiToken.objects.issue(people["bob"], "inbox-bot")[1]
     request = urllib.request.Request(f"{live_server.url}/api/inbox?sort=deadline",
                                      headers={"Authorization": f"Bearer {token}"})

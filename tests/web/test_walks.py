@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.walks import walk
+from tests.workflows.helpers import waiting_releases
 from workflows import engine
 
 from .test_pages import as_user
@@ -19,13 +20,7 @@ MOST = 3
 
 @pytest.fixture
 def gates(release_spec, people):
-    runs = []
-    for i in range(4):
-        run = engine.open_run(release_spec, actor=people["alice"], title=f"Release {i}").run
-        engine.start_step(run, "build")
-        engine.complete_step(run, "build")
-        runs.append(run)
-    return runs
+    return waiting_releases(release_spec, people["alice"], 4)
 
 
 def climbs(call) -> list[tuple[str, str]]:

@@ -25,3 +25,16 @@ def work(run: Run, key: str, outcome: str = "completed", *, summary: str = "", e
                                     state_patch=state_patch)
     return engine.fail_step(run, key, actor=actor, summary=summary, evidence=evidence,
                             retryable=False)
+
+
+def waiting_releases(spec, requester, count: int) -> list[Run]:
+    """`count` runs of the release spec (tests/conftest.py) opened by `requester`, titled
+    "Release 0" on, each built and its QA gate waiting, the oldest first."""
+    from workflows import engine
+
+    runs = []
+    for i in range(count):
+        run = engine.open_run(spec, actor=requester, title=f"Release {i}").run
+        work(run, "build")
+        runs.append(run)
+    return runs
