@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from goals.models import Goal
 from tests.conftest import make_user
+from tests.workflows.helpers import waiting_releases
 from workflows import engine
 from workflows.delivery import outbox
 from workflows.models import Step
@@ -155,3 +156,20 @@ def test_the_deadlines_page_shows_waiting_time_per_group_as_a_distribution(clien
     body = client.get("/gates/due/").content.decode()
     assert "How long the waiting gates have waited" in body
     assert '<th scope="row">qa</th>' in body and 'max="2" value="1"' in body
+
+
+def test_a_decision_links_page_says_you_decided_it_once_you_have(client, people,
+                                                                 release_spec):
+    from workflows.delivery import links
+
+    run = waiting_releases(release_spec, people["alice"], 1)[0]
+    gate = run.steps.get(key="qa")
+    engine.approve(run, "qa", user=people["bob"], comment="looked")
+    client.force_login(people["bob"])
+    page = client.get(f"/decide/{links.decision_token(people['bob'], gate)}/")
+    assert page.status_code == 403
+    assert "You have already decided this gate." in page.content.decode()
+    # Someone who may not decide it is told why, in the engine's words.
+    client.force_login(people["erin"])
+    page = client.get(f"/decide/{links.decision_token(people['erin'], gate)}/")
+    assert page.status_code == 403 and "not in the &#x27;qa&#x27; group" in page.content.decode()

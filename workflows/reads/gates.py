@@ -4,7 +4,8 @@ number of statements.
 
 Each gate gets, beside its brief (`briefs.gate_evidence`: instructions, trail, decisions,
 rules in words, deadline, evidence digest):
-- `refusal`: why this person may not decide it now ("" when they may), from the same facts
+- `refusal`: why this person may not decide it now ("" when they may; `decided_by_you` when
+  they have, themselves or through a delegate), from the same facts
   and the same rule (`permissions.choose_rule`) the engine decides with (`engine.facts`);
 - `deciding_rule` and `deciding_for`: the rule their decision counts toward, and the person
   away they would decide it for (None when for themselves);
@@ -81,6 +82,7 @@ def seen_by(user, gates: list[Step], *, brief: bool = True, audience: bool = Tru
 
 
 def _may_decide(user, gate: Step, decided: set[int], people) -> None:
+    gate.decided_by_you = user.pk in decided
     gate.refusal = permissions.decide_refusal(user, gate.run, gate, rules=gate.rules,
                                               decided=decided, people=people) or ""
     rule, person = (None, None)

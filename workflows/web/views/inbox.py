@@ -181,8 +181,10 @@ def decide(request, token: str):
                                         "or has started again since it was sent."}, status=410)
     cards.seen_by(request.user, [gate])  # as its card shows it: who else, who was told
     if gate.refusal:
+        problem = ("You have already decided this gate." if gate.decided_by_you
+                   else gate.refusal)
         return render(request, "workflows/decide.html", {"run": gate.run,
-                                                         "problem": gate.refusal}, status=403)
+                                                         "problem": problem}, status=403)
     # The mail showed the evidence as it stood then: say so when it has changed since.
     changed = bool(link.shown) and not gate.evidence_digest.startswith(link.shown)
     # Opened from a push notification's Approve or Reject: that choice made, one press left.
