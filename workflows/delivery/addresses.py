@@ -1,4 +1,5 @@
-"""Where Tollgate may post: webhook URLs checked at save and again, after DNS, at send time.
+"""Where Tollgate may post (webhooks, and the push services of people's browsers): URLs
+checked at save and again, after DNS, at send time.
 
 A webhook URL is `https`, or `http` to a host in TOLLGATE_WEBHOOK_HTTP_HOSTS; it carries no
 credentials; and it may not reach loopback, link-local, private or other special addresses
@@ -8,8 +9,11 @@ so a name that resolves differently a moment later (DNS rebinding) gains nothing
 
 from __future__ import annotations
 
+import http.client
 import ipaddress
 import socket
+import ssl
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -86,3 +90,59 @@ def resolve(url: str) -> tuple[str, int, str]:
     for address in addresses:
         check_address(address)
     return host, port, str(addresses[0])
+
+
+class PinnedHTTPConnection(http.client.HTTPConnection):
+    """Connects to the address that was checked, whatever the name resolves to now."""
+
+    def __init__(self, host, port, address, **kwargs):
+        super().__init__(host, port, **kwargs)
+        self.address = address
+
+    def connect(self):
+        self.sock = socket.create_connection((self.address, self.port), self.timeout)
+
+
+class PinnedHTTPSConnection(http.client.HTTPSConnection):
+    def __init__(self, host, port, address, **kwargs):
+        super().__init__(host, port, context=ssl.create_default_context(), **kwargs)
+        self.address = address
+
+    def connect(self):
+        sock = socket.create_connection((self.address, self.port), self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+
+
+@dataclass
+class Answer:
+    """What answered a post: read as a `requests` response is (pywebpush reads these)."""
+
+    status_code: int
+    reason: str = ""
+    text: str = ""
+    headers: dict = field(default_factory=dict)
+
+
+def post(url: str, body: bytes, headers: dict, timeout: float) -> Answer:
+    """POST to the address checked for the URL's host (no redirects followed). RefusedAddress
+    for a URL that may not be reached; OSError or HTTPException when nothing answered."""
+    host, port, address = resolve(url)
+    parts = urlsplit(url)
+    kind = PinnedHTTPSConnection if parts.scheme == "https" else PinnedHTTPConnection
+    connection = kind(host, port, address, timeout=timeout)
+    try:
+        connection.request("POST", (parts.path or "/") + (f"?{parts.query}" if parts.query
+                                                          else ""), body=body, headers=headers)
+        response = connection.getresponse()
+        text = response.read(10_000).decode("utf-8", "replace")
+        return Answer(response.status, response.reason, text, dict(response.getheaders()))
+    finally:
+        connection.close()
+
+
+class PinnedSession:
+    """A `requests` session's `post`, as pywebpush sends through one, over `post`: a push
+    service's address is checked and connected to as a webhook's is."""
+
+    def post(self, url: str, data=None, headers=None, timeout=None) -> Answer:
+        return post(url, data or b"", dict(headers or {}), timeout or 10)

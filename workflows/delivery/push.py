@@ -12,6 +12,7 @@ rules (https, public addresses), checked when subscribed and again before each p
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import logging
 from functools import cache
@@ -33,7 +34,7 @@ from workflows.timing import clock
 from workflows.timing.timezones import zone_of
 
 from . import links
-from .addresses import RefusedAddress, check_url, resolve
+from .addresses import PinnedSession, RefusedAddress, check_url
 
 log = logging.getLogger(__name__)
 
@@ -111,13 +112,13 @@ def send(subscription: PushSubscription, payload: dict) -> bool:
     """Push one message to one browser; True when the push service took it. A browser the
     service says is gone is dropped."""
     try:
-        resolve(subscription.endpoint)  # its addresses now, not only when subscribed
+        # Its address checked now, not only when subscribed, and connected to as checked.
         webpush({"endpoint": subscription.endpoint,
                  "keys": {"p256dh": subscription.p256dh, "auth": subscription.auth}},
                 json.dumps(payload), vapid_private_key=_vapid(),
                 vapid_claims={"sub": settings.TOLLGATE_VAPID_SUBJECT
                               or f"mailto:{settings.DEFAULT_FROM_EMAIL}"},
-                ttl=TTL_SECONDS, timeout=TIMEOUT_SECONDS)
+                ttl=TTL_SECONDS, timeout=TIMEOUT_SECONDS, requests_session=PinnedSession())
     except WebPushException as exc:
         status = getattr(exc.response, "status_code", None)
         if status in (404, 410):
@@ -126,7 +127,7 @@ def send(subscription: PushSubscription, payload: dict) -> bool:
         else:
             log.warning("Push to subscription %s failed: %s", subscription.pk, exc)
         return False
-    except (RefusedAddress, OSError) as exc:
+    except (RefusedAddress, OSError, http.client.HTTPException) as exc:
         log.warning("Push to subscription %s not sent: %s", subscription.pk, exc)
         return False
     PushSubscription.objects.filter(pk=subscription.pk).update(last_pushed_at=clock.now())

@@ -18,18 +18,15 @@ import hmac
 import http.client
 import json
 import logging
-import socket
-import ssl
 import time
 from datetime import timedelta
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 
-from workflows.delivery import links
-from workflows.delivery.addresses import RefusedAddress, resolve
+from workflows.delivery import addresses, links
+from workflows.delivery.addresses import RefusedAddress
 from workflows.models import (
     Checkpoint,
     DeliveryStatus,
@@ -118,40 +115,10 @@ def gate_status(event: str, checkpoint: Checkpoint, step: Step) -> str:
     return StepStatus.WAITING_APPROVAL if event != "gate_decided" else step.status
 
 
-class PinnedHTTPConnection(http.client.HTTPConnection):
-    """Connects to the address that was checked, whatever the name resolves to now."""
-
-    def __init__(self, host, port, address, **kwargs):
-        super().__init__(host, port, **kwargs)
-        self.address = address
-
-    def connect(self):
-        self.sock = socket.create_connection((self.address, self.port), self.timeout)
-
-
-class PinnedHTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, host, port, address, **kwargs):
-        super().__init__(host, port, context=ssl.create_default_context(), **kwargs)
-        self.address = address
-
-    def connect(self):
-        sock = socket.create_connection((self.address, self.port), self.timeout)
-        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
-
-
 def post(url: str, body: bytes, headers: dict) -> int:
     """POST to a checked address (no redirects followed); the answer's status code.
     RefusedAddress for a URL that may not be reached; OSError when nothing answered."""
-    host, port, address = resolve(url)
-    parts = urlsplit(url)
-    kind = PinnedHTTPSConnection if parts.scheme == "https" else PinnedHTTPConnection
-    connection = kind(host, port, address, timeout=TIMEOUT_SECONDS)
-    try:
-        connection.request("POST", (parts.path or "/") + (f"?{parts.query}" if parts.query
-                                                          else ""), body=body, headers=headers)
-        return connection.getresponse().status
-    finally:
-        connection.close()
+    return addresses.post(url, body, headers, TIMEOUT_SECONDS).status_code
 
 
 def deliver(delivery_id: int, now=None) -> str:

@@ -181,3 +181,29 @@ def test_the_app_is_installable_and_its_worker_controls_the_whole_site(client):
     assert worker.status_code == 200 and worker["Service-Worker-Allowed"] == "/"
     assert worker["Content-Type"].startswith("text/javascript")
     assert "notificationclick" in worker.content.decode()
+
+
+def test_a_push_goes_to_the_address_checked_whatever_the_name_resolves_to_after(
+        service, settings, monkeypatch, people):
+    """DNS rebinding gains nothing: the push service's name is resolved and checked once at
+    send time, and the connection goes to that address (a second lookup answering another
+    address, here one where nothing listens, is never asked)."""
+    import socket
+
+    port = int(service.url.rsplit(":", 1)[1])
+    settings.TOLLGATE_WEBHOOK_HTTP_HOSTS = ["push.test"]
+    phone = Subscriber(service, "bob-phone")
+    phone.info["endpoint"] = f"http://push.test:{port}/push/bob-phone"
+    subscription = PushSubscription.objects.get(pk=subscribe(people["bob"], phone))
+    real = socket.getaddrinfo
+    answers = iter(["127.0.0.1"])  # the first lookup; any later one: nothing listens there
+
+    def lookup(host, *args, **kwargs):
+        if host != "push.test":
+            return real(host, *args, **kwargs)
+        return real(next(answers, "127.0.0.2"), *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    assert push.send(subscription, {"title": "QA sign-off waits on you"})
+    (path, _, body), = service.received
+    assert path == "/push/bob-phone" and phone.read(body)["title"] == "QA sign-off waits on you"
