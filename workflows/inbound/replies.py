@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 from email import message_from_bytes, policy
 from email.message import EmailMessage
 
@@ -74,6 +75,11 @@ def receive(raw: bytes, *, via: str, recipient: str = "",
         except IntegrityError:
             return Received(False, f"{message_id} was handled before: a replay, not answered")
         decided, outcome, answer = _decide(raw, message, to, user, step, said, message_id)
+        if answer and not decided and _refused_lately(user, row) >= REFUSALS_ANSWERED:
+            # Whoever holds a person's reply address could have them mailed without end.
+            answer = False
+            outcome += (f" (not answered: {REFUSALS_ANSWERED} refused replies in the last "
+                        "hour were answered already)")
         row.decided, row.outcome = decided, outcome
         row.save(update_fields=["decided", "outcome"])
         note = _answer(row, user, step, message, outcome, decided) if answer else None
@@ -81,6 +87,17 @@ def receive(raw: bytes, *, via: str, recipient: str = "",
     if note is not None:
         notifications.send(note.pk)
     return Received(decided, outcome, note is not None)
+
+
+# A person is answered for at most this many refused replies an hour.
+REFUSALS_ANSWERED = 10
+
+
+def _refused_lately(user, row: MailReply) -> int:
+    """How many of this person's replies were refused in the last hour, before this one."""
+    return (MailReply.objects.filter(user=user, decided=False,
+                                     received_at__gte=clock.now() - timedelta(hours=1))
+            .exclude(pk=row.pk).count())
 
 
 def _decide(raw, message, to, user, step, said, message_id) -> tuple[bool, str, bool]:

@@ -254,3 +254,19 @@ def test_one_reply_delivered_twice_at_once_decides_once(gate, people):
     assert sorted(outcomes) == [False, True]
     assert decided(gate) == [("bob", "approve", "mail_reply")]
     assert MailReply.objects.count() == 1
+
+
+def test_refused_replies_are_answered_at_most_ten_times_an_hour(gate, people):
+    """Whoever holds a person's reply address cannot have Tollgate mail them without end:
+    after ten refused replies in an hour, the next ones are recorded and not answered."""
+    to = mailed_reply_to(gate, people["bob"])
+    outcomes = [replies.receive(mails.reply(to, "bob@example.com", f"Looks fine {i}"),
+                                via="mta") for i in range(12)]
+    assert [o.answered for o in outcomes] == [True] * 10 + [False] * 2
+    assert len(answers_to(people["bob"])) == 10
+    assert "not answered: 10 refused replies in the last hour" in outcomes[-1].outcome
+    assert MailReply.objects.filter(decided=False).count() == 12
+    # A reply that decides is still taken, and answered.
+    done = replies.receive(mails.reply(to, "bob@example.com", "Approve"), via="mta")
+    assert done.decided and done.answered and decided(gate) == [("bob", "approve",
+                                                                "mail_reply")]
