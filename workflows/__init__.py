@@ -20,6 +20,9 @@ _PUBLIC = {
     # Reads: runs as the runs page and GET /api/runs filter them, a run's timeline, where a
     # run stands, its audit, and how many gates wait on a person.
     "workflows.reads.selectors": ["runs", "timeline", "resume_state", "run_audit", "inbox_count"],
+    # The gate as a person sees it: the gates waiting on them, and what they see and may do
+    # of any gates (the inbox, the run page, GET /api/inbox read it).
+    "workflows.reads.gates": ["waiting_on", "seen_by"],
 }
 _OWNER = {name: module for module, names in _PUBLIC.items() for name in names}
 

@@ -13,8 +13,8 @@ PUBLIC = [
     "IllegalTransition", "InvalidInput", "NotFound", "NotPermitted", "WorkflowError",
     "add_steps", "approve", "cancel_run", "complete_step", "decide_many", "fail_step",
     "inbox_count", "open_run", "reassign_gate", "record_note", "reject", "resume_state",
-    "retry_step", "run_audit", "runs", "skip_step", "start_step", "store_spec", "testing",
-    "timeline", "validate_spec"]
+    "retry_step", "run_audit", "runs", "seen_by", "skip_step", "start_step", "store_spec",
+    "testing", "timeline", "validate_spec", "waiting_on"]
 
 TESTING = ["MovedClock", "RecordingChat", "Sends", "deliver_outbox", "moved_clock",
            "recorded_sends", "run_due", "run_to_next_gate"]
@@ -25,6 +25,7 @@ def test_the_public_names_are_these_and_each_is_there():
     for name in PUBLIC:
         assert getattr(workflows, name) is not None, name
     assert workflows.approve is workflows.engine.approve
+    assert workflows.seen_by is workflows.reads.gates.seen_by
     assert issubclass(workflows.NotPermitted, workflows.WorkflowError)
 
 
