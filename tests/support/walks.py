@@ -5,8 +5,8 @@ middleware calling the view, a helper a lower module imported from a page's modu
 
 A module's layer is the first layer of the contract "workflows: entry points over services
 over the engine over the models" that names it or a package holding it; the project's own
-packages outside it are placed by what they are: templatetags with the pages, `goals` beside
-the models, `tollgate` (settings, middleware, helpers) below everything. Django, the
+packages outside it are placed by what they are: `goals` beside the models, `tollgate`
+(settings, middleware, helpers) below everything. Django, the
 libraries and the templates' engine are not in the walk: what they call of the project is.
 """
 
@@ -32,9 +32,7 @@ def layers() -> list[list[str]]:
 
 def layer_of(module: str, table: list[list[str]]) -> int:
     """The index of the module's layer (0 is the top)."""
-    if module.startswith("workflows.templatetags"):
-        module = "workflows.web"
-    elif module.split(".")[0] == "goals":
+    if module.split(".")[0] == "goals":
         module = "workflows.models"
     for index, names in enumerate(table):
         if any(module == name or module.startswith(name + ".") for name in names):
