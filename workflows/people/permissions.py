@@ -202,20 +202,6 @@ def decide_refusal(user, run, step, *, groups: set[str] | None = None, rules=Non
     return chosen if isinstance(chosen, str) else None
 
 
-def deciding_rule(user, run, step, *, rules, decided: set[int]) -> GateRule | None:
-    """The open rule this user's decision would count toward now (None if they may not
-    decide): for a page that says what deciding asks of them (a rule's signature)."""
-    return deciding_as(user, run, step, rules=rules, decided=decided)[0]
-
-
-def deciding_as(user, run, step, *, rules, decided: set[int]
-                ) -> tuple[GateRule | None, Principal | None]:
-    """(the open rule this user's decision would count toward now, whom it would be made
-    as: themselves or the person away they stand in for), or (None, None)."""
-    chosen = choose_rule(user, run, step, rules, decided, principals(user))
-    return (None, None) if isinstance(chosen, str) else chosen
-
-
 def _fillable(pk) -> QuerySet:
     """Open rules a person is an approver of (by group or by name), self-approval aside."""
     return GateRule.objects.filter(Q(group__in=Group.objects.filter(user=pk).values("name"))
