@@ -1,9 +1,9 @@
 """Who may do what. The engine enforces these rules; pages, the API and mail only ask them.
 
 The gate rule is written once here in two forms that must agree (a test pins it): a
-predicate for one user and gate (`choose_rule`, which `decide_refusal` and the engine ask),
-and querysets for the inbox (`decidable_by`) and for the people a notification goes to
-(`deciders`). A gate waits on the open rules of its attempt (`GateRule`, see
+predicate for one user and gate (`choose_rule`, which `decide_refusal`, `decision_as` and
+the engine ask), and querysets for the inbox (`decidable_by`) and for the people a
+notification goes to (`deciders`). A gate waits on the open rules of its attempt (`GateRule`, see
 `engine.policy`); a person decides as themselves or for someone away who named them their
 delegate, and counts once either way.
 """
@@ -183,22 +183,36 @@ def decided_people(step) -> set[int]:
         "user_id", "on_behalf_of_id"))
 
 
-def decide_refusal(user, run, step, *, groups: set[str] | None = None, rules=None,
-                   decided: set[int] | None = None,
-                   people: list[Principal] | None = None) -> str | None:
-    """Why this user may not decide this gate now, or None when they may (`choose_rule`
-    over the gate's rules, who decided and whom the user decides as; a reader that has read
-    them, as `engine.facts` does, passes them)."""
+def _closed_to(user, run, step) -> str | None:
+    """Why this user could decide no rule of this gate now, whatever its rules say: not
+    signed in, or the gate not waiting."""
     if not signed_in(user):
         return NOT_SIGNED_IN
     if step.status != StepStatus.WAITING_APPROVAL or run.status not in OPEN_RUN_STATUSES:
         return f"{step.key} is not waiting for approval."
+    return None
+
+
+def decision_as(user, run, step, *, rules, decided: set[int], people: list[Principal]):
+    """(the open rule this user's decision counts toward now, whom it is made as), or why
+    they may not decide: the gate rule (`choose_rule`) after what every door checks, over
+    facts already read (`engine.facts`)."""
+    return _closed_to(user, run, step) or choose_rule(user, run, step, rules, decided, people)
+
+
+def decide_refusal(user, run, step, *, groups: set[str] | None = None, rules=None,
+                   decided: set[int] | None = None) -> str | None:
+    """Why this user may not decide this gate now, or None when they may (`choose_rule`
+    over the gate's rules, who decided and the user's delegations, read here when not
+    given)."""
+    if why := _closed_to(user, run, step):
+        return why
     if rules is None:
         rules = list(GateRule.objects.filter(step=step, attempt=step.attempt, open=True)
                      .select_related("user").order_by("order", "position"))
     chosen = choose_rule(user, run, step, rules,
                          decided_people(step) if decided is None else decided,
-                         principals(user, groups=groups) if people is None else people)
+                         principals(user, groups=groups))
     return chosen if isinstance(chosen, str) else None
 
 

@@ -5,8 +5,8 @@ number of statements.
 Each gate gets, beside its brief (`briefs.gate_evidence`: instructions, trail, decisions,
 rules in words, deadline, evidence digest):
 - `refusal`: why this person may not decide it now ("" when they may; `decided_by_you` when
-  they have, themselves or through a delegate), from the same facts
-  and the same rule (`permissions.choose_rule`) the engine decides with (`engine.facts`);
+  they have, themselves or through a delegate), from the same facts (`engine.facts`) and the
+  same rule (`permissions.choose_rule`) the engine decides with;
 - `deciding_rule` and `deciding_for`: the rule their decision counts toward, and the person
   away they would decide it for (None when for themselves);
 - `signing` and `reject_signing`: what signing their approval, or rejection, means ("" when
@@ -83,12 +83,10 @@ def seen_by(user, gates: list[Step], *, brief: bool = True, audience: bool = Tru
 
 def _may_decide(user, gate: Step, decided: set[int], people) -> None:
     gate.decided_by_you = user.pk in decided
-    gate.refusal = permissions.decide_refusal(user, gate.run, gate, rules=gate.rules,
-                                              decided=decided, people=people) or ""
-    rule, person = (None, None)
-    if not gate.refusal:
-        rule, person = permissions.choose_rule(user, gate.run, gate, gate.rules, decided,
-                                               people)
+    chosen = permissions.decision_as(user, gate.run, gate, rules=gate.rules, decided=decided,
+                                     people=people)
+    gate.refusal = chosen if isinstance(chosen, str) else ""
+    rule, person = (None, None) if gate.refusal else chosen
     gate.deciding_rule = rule
     gate.deciding_for = person if person is not None and person.delegated else None
     gate.signing = signature_meaning(gate, rule) if rule else ""
