@@ -18,10 +18,9 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 
 from workflows.engine import sql
+from workflows.engine.policy import RULES
 from workflows.models import Approval, GateRule, Preference, Step
 from workflows.people.permissions import Principal, who_decided
-
-RULES = sql.Table(GateRule)
 
 
 @dataclass

@@ -98,7 +98,7 @@ def open_next_stage(rules: list[GateRule], now) -> list[GateRule]:
     opened = [rule for rule in unmet if rule.order == stage]
     for rule in opened:
         rule.open, rule.opened_at = True, rule.opened_at or now
-        rule.save(update_fields=["open", "opened_at"])
+        _save(rule, "open", "opened_at")
     return opened
 
 
@@ -138,5 +138,5 @@ def retarget(rule: GateRule, *, group: str = "", user=None) -> str:
     """Point a rule at another group or person; returns whom it waited on before."""
     before = rule.audience
     rule.group, rule.user, rule.role = group, user, ""
-    rule.save(update_fields=["group", "user", "role"])
+    _save(rule, "group", "user_id", "role")
     return before
