@@ -258,12 +258,16 @@ def on_transition(sender, announcements, **kwargs) -> None:
     keys = [run_key(a.run_id) for a in announcements]
     # An ended (or paused, or resumed) run takes its gates out of inboxes, or back.
     runs = [a.run_id for a in announcements if a.run_status != a.previous_status]
-    gates = [pk for a in announcements if a.run_status == a.previous_status for pk in a.gates
-             if pk not in a.audiences]
+    # Their gates' audiences: as the transition read them, else read here.
+    gates = []
+    for a in (a for a in announcements if a.run_status == a.previous_status):
+        for pk in a.gates:
+            if pk in a.audiences:
+                keys += [group_key(group) if group else person_key(user_id)
+                         for group, user_id in a.audiences[pk]]
+            else:
+                gates.append(pk)
     keys += _audience_keys(runs, gates)
-    keys += [group_key(group) if group else person_key(user_id)
-             for a in announcements if a.run_status == a.previous_status
-             for pk in a.gates for group, user_id in a.audiences.get(pk, ())]
     for announcement in announcements:
         checkpoint = announcement.checkpoint
         if announcement.gates and checkpoint.kind in (CheckpointKind.GATE_REASSIGNED,

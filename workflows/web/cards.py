@@ -7,23 +7,8 @@ from django.db.models import Count, F, Q
 
 from workflows.models import Step
 from workflows.people.permissions import decidable_by, named_in_rules
+from workflows.reads import briefs
 from workflows.reads import gates as gates_seen
-from workflows.reads.briefs import (  # noqa: F401  (the card's read model, named here too)
-    VALUE_CHARS,
-    approvals_of_attempt,
-    brief,
-    consequences,
-    deadline,
-    decided_people,
-    decisions_by_gate,
-    describe_rules,
-    due_gates,
-    fill_placeholders,
-    params_of,
-    rules_by_gate,
-    short,
-    trail_entry,
-)
 from workflows.web.forms import gate_form
 
 # The inbox shows this many gates, the oldest first: a page that stays quick whatever the
@@ -86,8 +71,8 @@ def gates_left(user, step_ids: list[int]) -> list[Step]:
         return []
     gates = list(Step.objects.filter(pk__in=step_ids[:200], kind="approval")
                  .filter(pk__in=named_in_rules(user)).select_related("run").order_by("pk"))
-    decided = decisions_by_gate(gates)
+    decided = briefs.decisions_by_gate(gates)
     for gate in gates:
-        gate.decisions = approvals_of_attempt(decided.get(gate.pk, []), gate.attempt)[0]
+        gate.decisions = briefs.approvals_of_attempt(decided.get(gate.pk, []), gate.attempt)[0]
         gate.mine = [d for d in gate.decisions if d.user_id == user.pk]
     return gates

@@ -21,7 +21,6 @@ from workflows.people.permissions import (
 )
 from workflows.reads import briefs, selectors
 from workflows.recovery import presence
-from workflows.web import cards
 
 
 @require_GET
@@ -56,7 +55,7 @@ def gates_due(request):
                                      "export_audit permission).")
     now = timezone.now()
     return render(request, "workflows/gates_due.html",
-                  {"groups": cards.due_gates(now), "waited": briefs.waiting_distribution(now)})
+                  {"groups": briefs.due_gates(now), "waited": briefs.waiting_distribution(now)})
 
 
 @require_GET

@@ -101,12 +101,12 @@ def run_context(request, run_id: int, *, refused: tuple[str, dict] | None = None
         step.looks_stuck = (step.status == StepStatus.RUNNING and step.lease_expires_at is not None
                             and step.lease_expires_at < now)
         if step.kind == "approval":
-            step.due = cards.deadline(step, now)
-            step.instructions = cards.fill_placeholders(step.config.get("description", ""),
-                                                        run)
-            if not step.attempt:  # never waited: no rules, nobody decides it yet
-                step.decisions, step.approved = cards.approvals_of_attempt(step.decisions, 0)
-                cards.describe_rules(step, [])
+            step.instructions = briefs.fill_placeholders(step.config.get("description", ""),
+                                                         run)
+            if not step.attempt:  # never waited: no rules, no deadline, nobody decides it yet
+                step.decisions, step.approved = briefs.approvals_of_attempt(step.decisions, 0)
+                briefs.describe_rules(step, [])
+                step.due = briefs.deadline(step, now)
             if refused and refused[0] == step.key:
                 step.form = gate_form(step, request.POST, errors=refused[1])
             else:
