@@ -156,6 +156,7 @@ def pretty_json(value) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str)
 
 
+# Words people read for the statuses and kinds whose names are not words already.
 WORDS = {
     "waiting_approval": "waiting for approval",
     "step_started": "step started",

@@ -88,7 +88,6 @@ def without(mapping, keys: str):
     return {k: v for k, v in mapping.items() if k not in drop}
 
 
-# Words people read for the statuses and kinds whose names are not words already.
 @register.filter
 def label(value) -> str:
     """A status or kind as words: waiting_approval -> waiting for approval."""
