@@ -97,10 +97,18 @@ def test_a_command_ignoring_sigterm_gets_sigkill(tmp_path):
     assert not alive(int(pid_file.read_text()))
 
 
-def test_stop_event_terminates():
-    stop = threading.Event()
-    threading.Timer(0.3, stop.set).start()
-    outcome = run({"command": ["sleep", "30"]}, stop=stop)
+def test_stop_event_terminates(tmp_path):
+    """Stopped once the command runs (a timer could fire before it began on a busy machine:
+    that is a stop before the command, recorded as such)."""
+    stop, began = threading.Event(), tmp_path / "began"
+
+    def stop_once_begun():
+        while not began.exists() and not stop.wait(0.01):
+            pass
+        stop.set()
+
+    threading.Thread(target=stop_once_begun, daemon=True).start()
+    outcome = run({"shell": f"touch {began}; sleep 30"}, stop=stop)
     assert not outcome.ok and outcome.evidence["terminated"] and not outcome.retryable
 
 
